@@ -1,0 +1,261 @@
+"""Array backend: CuPy on a GPU, NumPy everywhere else.
+
+This is the only module of napari-ivote that imports CuPy. Everything else asks
+it for an array module (``xp``), moves arrays with :func:`to_device` and
+:func:`to_host`, and gets compiled CUDA kernels from :func:`get_kernel`.
+
+The backend is chosen once per process:
+
+* ``IVOTE_BACKEND=numpy`` forces NumPy (even on a machine with a GPU);
+* ``IVOTE_BACKEND=cupy`` forces CuPy, and is an error when CuPy or a GPU is
+  missing;
+* otherwise CuPy is used when it imports and ``cupy.is_available()`` is true.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from importlib import resources
+from types import ModuleType
+
+import numpy as np
+
+__all__ = [
+    "BackendError",
+    "backend_name",
+    "cupy_available",
+    "default_xp",
+    "fft_module",
+    "free_gpu_memory",
+    "get_array_module",
+    "get_kernel",
+    "index_type",
+    "is_device_array",
+    "kernel_source",
+    "load_module",
+    "ndimage_module",
+    "synchronize",
+    "to_device",
+    "to_host",
+]
+
+_ENV = "IVOTE_BACKEND"
+
+
+class BackendError(RuntimeError):
+    """The requested array backend cannot be used on this machine."""
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy() -> ModuleType | None:
+    """CuPy if it imports and sees a usable GPU, else None (memoized)."""
+    try:
+        import cupy
+    except Exception:  # ImportError, or a broken CUDA install raising anything
+        return None
+    try:
+        if not cupy.is_available():
+            return None
+    except Exception:
+        return None
+    return cupy
+
+
+def cupy_available() -> bool:
+    """True when CuPy imports and a CUDA device can be used."""
+    return _cupy() is not None
+
+
+def _requested_backend() -> str:
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value not in ("numpy", "cupy"):
+        raise BackendError(f"{_ENV} must be 'numpy', 'cupy' or unset; got {value!r}")
+    return value
+
+
+def default_xp() -> ModuleType:
+    """The array module new work should run on: CuPy or NumPy.
+
+    Raises
+    ------
+    BackendError
+        If ``IVOTE_BACKEND=cupy`` is set but CuPy or a GPU is missing.
+    """
+    requested = _requested_backend()
+    if requested == "numpy":
+        return np
+    cupy = _cupy()
+    if requested == "cupy" and cupy is None:
+        raise BackendError(
+            f"{_ENV}=cupy was requested but no usable GPU was found: install "
+            "'napari-ivote[cuda12]' or 'napari-ivote[cuda13]' on a machine with an "
+            f"NVIDIA GPU, or unset {_ENV} to run on NumPy"
+        )
+    return cupy if cupy is not None else np
+
+
+def is_device_array(array) -> bool:
+    """True for a CuPy array (without importing CuPy when it is absent)."""
+    return type(array).__module__.startswith("cupy")
+
+
+def get_array_module(*arrays) -> ModuleType:
+    """The array module of the given arrays: CuPy if any is a CuPy array."""
+    for array in arrays:
+        if is_device_array(array):
+            return _cupy() or np
+    return np
+
+
+def to_device(array, xp: ModuleType | None = None):
+    """Move ``array`` to the backend ``xp`` (default: :func:`default_xp`)."""
+    xp = default_xp() if xp is None else xp
+    if xp is np:
+        return to_host(array)
+    return xp.asarray(array)
+
+
+def to_host(array) -> np.ndarray:
+    """A NumPy array with the same contents (copies from the GPU when needed)."""
+    if is_device_array(array):
+        return array.get()
+    return np.asarray(array)
+
+
+def ndimage_module(xp: ModuleType) -> ModuleType:
+    """``scipy.ndimage`` or ``cupyx.scipy.ndimage``, matching ``xp``."""
+    if xp is np:
+        import scipy.ndimage
+
+        return scipy.ndimage
+    import cupyx.scipy.ndimage
+
+    return cupyx.scipy.ndimage
+
+
+def fft_module(xp: ModuleType) -> ModuleType:
+    """``scipy.fft`` or ``cupyx.scipy.fft``, matching ``xp``."""
+    if xp is np:
+        import scipy.fft
+
+        return scipy.fft
+    import cupyx.scipy.fft
+
+    return cupyx.scipy.fft
+
+
+def synchronize(xp: ModuleType) -> None:
+    """Wait for queued GPU work (no-op on NumPy)."""
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
+def free_gpu_memory() -> None:
+    """Return cached blocks of CuPy's memory pools to the driver."""
+    cupy = _cupy()
+    if cupy is None:
+        return
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def backend_name(xp: ModuleType | None = None) -> str:
+    """Human-readable name of the backend, e.g. ``'GPU: NVIDIA H100 (CuPy 14.0)'``."""
+    xp = default_xp() if xp is None else xp
+    if xp is np:
+        if _requested_backend() == "numpy":
+            return f"NumPy {np.__version__} (forced by {_ENV}=numpy)"
+        return f"NumPy {np.__version__}, no GPU found"
+    device = xp.cuda.Device()
+    props = xp.cuda.runtime.getDeviceProperties(device.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return f"GPU: {name} (CuPy {xp.__version__})"
+
+
+def index_type(array) -> str:
+    """C index type for a kernel over ``array``: 32-bit below 2**31 bytes, else 64-bit."""
+    return "int" if array.nbytes < 2**31 else "long long"
+
+
+# ----------------------------------------------------------------------------
+# CUDA kernel modules
+# ----------------------------------------------------------------------------
+
+
+def kernel_source(name: str) -> str:
+    """Source text of ``ivote/kernels/<name>.cu`` (package data)."""
+    path = resources.files("ivote") / "kernels" / f"{name}.cu"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no CUDA source 'ivote/kernels/{name}.cu'") from None
+
+
+_module_cache: dict = {}
+_module_lock = threading.Lock()
+
+
+def load_module(
+    name: str,
+    *,
+    defines: dict | None = None,
+    name_expressions: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+):
+    """Compile ``kernels/<name>.cu`` once per GPU and return the ``cupy.RawModule``.
+
+    Parameters
+    ----------
+    name : str
+        File stem under ``ivote/kernels``.
+    defines : dict, optional
+        ``#define`` preamble, ``{"BLOCK": 256}`` becomes ``#define BLOCK 256``.
+    name_expressions : tuple of str
+        Template instantiations to compile, e.g. ``("ivote_vote_2d<float>",)``.
+    options : tuple of str
+        Extra NVRTC options.
+
+    The cache key holds everything that changes the compiled code (source,
+    defines, instantiations, options and the current device), so a module is
+    compiled once per device and reused by every later call.
+    """
+    cupy = _cupy()
+    if cupy is None:
+        raise BackendError(f"CUDA kernel module {name!r} needs CuPy and a GPU")
+    defines = dict(sorted((defines or {}).items()))
+    key = (
+        name,
+        tuple(defines.items()),
+        tuple(name_expressions),
+        tuple(options),
+        cupy.cuda.Device().id,
+    )
+    with _module_lock:
+        module = _module_cache.get(key)
+        if module is None:
+            preamble = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+            source = preamble + kernel_source(name)
+            module = cupy.RawModule(
+                code=source,
+                options=("--std=c++17",) + tuple(options),
+                name_expressions=tuple(name_expressions) or None,
+            )
+            if name_expressions:
+                # compile now, so a broken kernel fails here and not mid-run
+                module.compile()
+            _module_cache[key] = module
+    return module
+
+
+def get_kernel(name: str, kernel: str, **kwargs):
+    """A compiled kernel ``kernel`` (a function name or template instantiation) of
+    ``kernels/<name>.cu``; ``kwargs`` go to :func:`load_module`.
+
+    For templates, ``kernel`` must be one of ``name_expressions``.
+    """
+    module = load_module(name, **kwargs)
+    return module.get_function(kernel)

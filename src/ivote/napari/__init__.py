@@ -1,0 +1,1 @@
+"""napari integration: thin widgets, readers, writers and sample data (no math here)."""
