@@ -58,8 +58,8 @@ def _cmd_demo(args) -> int:
     t0 = time.perf_counter()
     s2, s3 = sample_2d(), sample_3d()
     for name, s in (("sample_2d", s2), ("sample_3d", s3)):
-        tifffile.imwrite(out_dir / f"{name}.tif", s.image, metadata={"spacing": list(s.spacing)})
-        tifffile.imwrite(out_dir / f"{name}_labels.tif", s.labels.astype(np.uint16))
+        tifffile.imwrite(out_dir / f"{name}.tif", s.image, photometric="minisblack", metadata={"spacing": list(s.spacing)})
+        tifffile.imwrite(out_dir / f"{name}_labels.tif", s.labels.astype(np.uint16), photometric="minisblack")
         header = ",".join("zyx"[-s.image.ndim:])
         np.savetxt(out_dir / f"{name}_centers.csv", s.centers, delimiter=",", header=header, comments="", fmt="%.3f")
         print(

@@ -325,8 +325,8 @@ def match_labels(predicted, truth, *, iou_threshold: float = 0.5) -> LabelMatch:
     >>> truth = np.array([[1, 1, 0, 2, 2]])
     >>> pred = np.array([[3, 3, 3, 0, 0]])
     >>> m = match_labels(pred, truth)
-    >>> m.true_positives, round(m.mean_matched_iou, 3), m.f1
-    (1, 0.667, 0.5)
+    >>> m.true_positives, round(m.mean_matched_iou, 3), round(m.f1, 3)
+    (1, 0.667, 0.667)
     """
     if not 0 < iou_threshold <= 1:
         raise ValueError(f"iou_threshold must satisfy 0 < iou_threshold <= 1; got {iou_threshold}")

@@ -1,0 +1,62 @@
+import numpy as np
+import pytest
+
+from ivote import _backend
+from ivote._backend import BackendError
+
+
+def test_numpy_forced(monkeypatch):
+    monkeypatch.setenv("IVOTE_BACKEND", "numpy")
+    assert _backend.default_xp() is np
+    assert "NumPy" in _backend.backend_name()
+
+
+def test_bad_backend_value(monkeypatch):
+    monkeypatch.setenv("IVOTE_BACKEND", "tensorflow")
+    with pytest.raises(BackendError, match="IVOTE_BACKEND must be 'numpy', 'cupy'"):
+        _backend.default_xp()
+
+
+@pytest.mark.skipif(_backend.cupy_available(), reason="this machine has a GPU")
+def test_forcing_cupy_without_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("IVOTE_BACKEND", "cupy")
+    with pytest.raises(BackendError, match="no usable GPU"):
+        _backend.default_xp()
+    with pytest.raises(BackendError, match="needs CuPy and a GPU"):
+        _backend.load_module("selftest")
+
+
+@pytest.mark.skipif(_backend.cupy_available(), reason="this machine has a GPU")
+def test_auto_without_gpu_is_numpy(monkeypatch):
+    monkeypatch.delenv("IVOTE_BACKEND", raising=False)
+    assert _backend.default_xp() is np
+    assert _backend.backend_name().endswith("no GPU found")
+
+
+def test_host_helpers():
+    a = np.arange(6.0).reshape(2, 3)
+    assert _backend.get_array_module(a) is np
+    assert _backend.get_array_module(a, [1, 2]) is np
+    assert _backend.to_host(a) is a
+    np.testing.assert_array_equal(_backend.to_device(a, np), a)
+    assert _backend.ndimage_module(np).__name__ == "scipy.ndimage"
+    assert _backend.fft_module(np).__name__ == "scipy.fft"
+    assert _backend.index_type(a) == "int"
+    _backend.synchronize(np)
+    _backend.free_gpu_memory()
+
+
+def test_every_kernel_source_is_package_data():
+    from importlib import resources
+
+    names = sorted(p.name for p in (resources.files("ivote") / "kernels").iterdir() if p.name.endswith(".cu"))
+    assert "selftest.cu" in names
+    for name in names:
+        source = _backend.kernel_source(name[:-3])
+        assert "__global__" in source, name
+        assert "ivote_" in source, f"{name}: kernel names are namespaced ivote_*"
+
+
+def test_missing_kernel_source():
+    with pytest.raises(FileNotFoundError, match="no CUDA source"):
+        _backend.kernel_source("does_not_exist")
