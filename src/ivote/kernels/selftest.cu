@@ -1,3 +1,4 @@
+// nvcc-check: -DSELFTEST_OFFSET=0
 // Self-test kernels: the smallest kernel module that exercises the loader
 // (package data, #define preamble, template instantiation by name_expressions).
 //
@@ -11,3 +12,8 @@ __global__ void ivote_scaled_add(const T* __restrict__ x, const T* __restrict__ 
         out[i] = a * x[i] + y[i] + (T)SELFTEST_OFFSET;
     }
 }
+
+#ifdef IVOTE_NVCC_CHECK
+template __global__ void ivote_scaled_add<float>(const float*, const float*, float*, const float, const long long);
+template __global__ void ivote_scaled_add<double>(const double*, const double*, double*, const double, const long long);
+#endif
