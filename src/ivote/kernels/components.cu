@@ -1,0 +1,165 @@
+// Connected components by union-find, in the style of ECL-CC
+// (J. Jaiganesh and M. Burtscher, "A high-performance connected components
+// implementation for GPUs", HPDC 2018, doi:10.1145/3208040.3208041), working on
+// an edge list instead of CSR, plus a grid search that unites points closer than
+// a distance.
+//
+// The forest lives in `parent`: parent[v] <= v always, so every tree is rooted at
+// the smallest vertex of its component and the final numbering is canonical.
+// Race-freedom: parent entries are only read and written through volatile
+// accesses (relaxed atomics in the PTX memory model: never torn, never cached in
+// registers) or atomics; roots change only by atomicCAS, and every write lowers a
+// value to another vertex of the same tree, so concurrent path compression and
+// hooking cannot lose a union.
+//
+// IdxT: vertex index type, int (fewer than 2^31 vertices) or long long.
+
+// ivote_cc_find: representative of v, halving the path on the way (ECL-CC's
+// "intermediate pointer jumping").
+template <typename IdxT>
+__device__ __forceinline__ IdxT ivote_cc_find(volatile IdxT* parent, IdxT v)
+{
+    IdxT curr = parent[v];
+    if (curr != v) {
+        IdxT prev = v;
+        IdxT next;
+        while (curr > (next = parent[curr])) {
+            parent[prev] = next;
+            prev = curr;
+            curr = next;
+        }
+    }
+    return curr;
+}
+
+__device__ __forceinline__ int ivote_cc_cas(int* address, int expected, int desired)
+{
+    return atomicCAS(address, expected, desired);
+}
+
+__device__ __forceinline__ long long ivote_cc_cas(long long* address, long long expected, long long desired)
+{
+    return (long long)atomicCAS((unsigned long long*)address, (unsigned long long)expected,
+                                (unsigned long long)desired);
+}
+
+// ivote_cc_unite: join the trees of u and v, hooking the larger root under the
+// smaller one with atomicCAS; on a lost race, continue from the value found.
+template <typename IdxT>
+__device__ __forceinline__ void ivote_cc_unite(IdxT* parent, IdxT u, IdxT v)
+{
+    volatile IdxT* vparent = parent;
+    IdxT ru = ivote_cc_find<IdxT>(vparent, u);
+    IdxT rv = ivote_cc_find<IdxT>(vparent, v);
+    while (ru != rv) {
+        if (ru < rv) {
+            const IdxT seen = ivote_cc_cas(&parent[rv], rv, ru);
+            if (seen == rv) break;
+            rv = ivote_cc_find<IdxT>(vparent, seen);
+        } else {
+            const IdxT seen = ivote_cc_cas(&parent[ru], ru, rv);
+            if (seen == ru) break;
+            ru = ivote_cc_find<IdxT>(vparent, seen);
+        }
+    }
+}
+
+// ivote_cc_init<IdxT>: parent[v] = min(v, smallest neighbour of v). parent must
+// hold 0..n-1 on entry; edges is (n_edges, 2) row-major, self-loops are ignored.
+template <typename IdxT>
+__global__ void ivote_cc_init(const IdxT* __restrict__ edges, const long long n_edges,
+                              IdxT* __restrict__ parent)
+{
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n_edges;
+         e += (long long)blockDim.x * gridDim.x) {
+        const IdxT a = edges[2 * e];
+        const IdxT b = edges[2 * e + 1];
+        if (a < b) {
+            atomicMin(&parent[b], a);
+        } else if (b < a) {
+            atomicMin(&parent[a], b);
+        }
+    }
+}
+
+// ivote_cc_hook<IdxT>: unite the endpoints of every edge.
+template <typename IdxT>
+__global__ void ivote_cc_hook(const IdxT* __restrict__ edges, const long long n_edges,
+                              IdxT* parent)
+{
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n_edges;
+         e += (long long)blockDim.x * gridDim.x) {
+        const IdxT a = edges[2 * e];
+        const IdxT b = edges[2 * e + 1];
+        if (a != b) ivote_cc_unite<IdxT>(parent, a, b);
+    }
+}
+
+// ivote_cc_flatten<IdxT>: parent[v] = root of v, so every vertex points at the
+// smallest vertex of its component. Run after all hooking has finished.
+template <typename IdxT>
+__global__ void ivote_cc_flatten(IdxT* parent, const long long n)
+{
+    volatile IdxT* vparent = parent;
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < n;
+         v += (long long)blockDim.x * gridDim.x) {
+        IdxT root = vparent[v];
+        IdxT next;
+        while (root != (next = vparent[root])) root = next;
+        vparent[v] = root;
+    }
+}
+
+// ivote_cc_cluster_grid<IdxT, NDIM>: unite every pair of points at most
+// sqrt(radius2) apart. Points are sorted by grid cell (cells at least the
+// distance wide): coords (n, NDIM) and cells (n, NDIM) in that order,
+// point_index the original index of each sorted point, cell_keys the sorted
+// distinct linear cell keys and cell_start (n_cells + 1) where each cell's points
+// begin. Each pair is examined once, from its first point in sorted order.
+// Squared distances use round-to-nearest intrinsics (no FMA contraction), so they
+// equal the NumPy reference bit for bit.
+template <typename IdxT, int NDIM>
+__global__ void ivote_cc_cluster_grid(const double* __restrict__ coords,
+                                      const long long* __restrict__ cells,
+                                      const IdxT* __restrict__ point_index,
+                                      const long long* __restrict__ cell_keys,
+                                      const IdxT* __restrict__ cell_start,
+                                      const long long n_cells,
+                                      const long long* __restrict__ extent,
+                                      const double radius2, const long long n,
+                                      IdxT* parent)
+{
+    int n_offsets = 1;
+    for (int d = 0; d < NDIM; ++d) n_offsets *= 3;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
+        for (int offset = 0; offset < n_offsets; ++offset) {
+            long long key = 0;
+            bool inside = true;
+            int code = offset;
+            for (int d = 0; d < NDIM; ++d) {
+                const long long c = cells[i * NDIM + d] + (code % 3) - 1;
+                code /= 3;
+                if (c < 0 || c >= extent[d]) { inside = false; break; }
+                key = key * extent[d] + c;
+            }
+            if (!inside) continue;
+            long long lo = 0, hi = n_cells;  // lower bound of key in cell_keys
+            while (lo < hi) {
+                const long long mid = (lo + hi) >> 1;
+                if (cell_keys[mid] < key) lo = mid + 1; else hi = mid;
+            }
+            if (lo == n_cells || cell_keys[lo] != key) continue;
+            const long long first = (long long)cell_start[lo];
+            const long long last = (long long)cell_start[lo + 1];
+            for (long long j = (first > i + 1 ? first : i + 1); j < last; ++j) {
+                double d2 = 0.0;
+                for (int d = 0; d < NDIM; ++d) {
+                    const double diff = __dsub_rn(coords[i * NDIM + d], coords[j * NDIM + d]);
+                    d2 = __dadd_rn(d2, __dmul_rn(diff, diff));
+                }
+                if (d2 <= radius2) ivote_cc_unite<IdxT>(parent, point_index[i], point_index[j]);
+            }
+        }
+    }
+}
