@@ -1,0 +1,252 @@
+"""Qt-free logic behind the "Detect nuclei" widget.
+
+Everything here is plain Python on arrays and small dataclasses, so it can be
+tested (and benchmarked on a GPU machine) without napari or Qt: the geometry of
+an image layer (spatial axes, scale, unit), the request a worker runs, the 3D
+preview slab around the displayed plane, and the data of the output Points layer.
+The detection itself is :func:`ivote.detect.iterative_voting`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "DetectRequest",
+    "DetectResult",
+    "DetectionCancelled",
+    "ImageGeometry",
+    "image_geometry",
+    "points_layer_name",
+    "points_layer_state",
+    "preview_slab",
+    "run_request",
+    "threshold_range",
+]
+
+POINTS_PREFIX = "nuclei: "
+SCORE_COLORMAP = "viridis"
+_PIXEL_UNITS = ("", "pixel", "pixels", "px")
+
+
+class DetectionCancelled(Exception):
+    """Raised from the progress callback to stop a run (Cancel, or newer settings)."""
+
+
+def points_layer_name(image_name: str) -> str:
+    """Name of the Points layer holding the nuclei found in ``image_name``."""
+    return f"{POINTS_PREFIX}{image_name}"
+
+
+@dataclass(frozen=True)
+class ImageGeometry:
+    """Spatial layout of an image layer, as the detector needs it."""
+
+    shape: tuple[int, ...]
+    """Spatial shape (``(Y, X)`` or ``(Z, Y, X)``), without the RGB axis."""
+    scale: tuple[float, ...]
+    translate: tuple[float, ...]
+    unit: str
+    """Unit of the scale, for labels (``'µm'``, ``'px'``, ...)."""
+    rgb: bool = False
+    units: tuple[str, ...] | None = None
+    """napari's units of the layer (inherited by the Points layer), or None."""
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def radius_range(self) -> tuple[float, float, float]:
+        """(minimum, maximum, default) radius in world units for the slider.
+
+        From one pixel to a quarter of the smallest in-plane extent; the default
+        is 8 in-plane pixels, a typical nucleus at 20x magnification.
+        """
+        pixel = min(self.scale[-2:])
+        extent = min(n * s for n, s in zip(self.shape[-2:], self.scale[-2:]))
+        high = max(extent / 4.0, 2 * pixel)
+        return pixel, high, min(8.0 * pixel, high)
+
+
+def _unit_name(units, metadata: dict | None, scale) -> str:
+    """A short unit label: napari's layer units, else ``metadata['units']``, else px."""
+    names = [str(u) for u in (units or ())]
+    if names and names[-1] not in _PIXEL_UNITS:
+        return {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm"}.get(names[-1], names[-1])
+    meta_unit = (metadata or {}).get("units")
+    if isinstance(meta_unit, str) and meta_unit:
+        return {"um": "µm", "micron": "µm", "micrometer": "µm"}.get(meta_unit, meta_unit)
+    if all(float(s) == 1.0 for s in scale):
+        return "px"
+    return "world units"
+
+
+def image_geometry(shape, *, rgb=False, scale=None, translate=None, units=None, metadata=None) -> ImageGeometry:
+    """Geometry of an image layer from its data shape and transform.
+
+    Raises
+    ------
+    ValueError
+        If the image is not 2D, 3D or 2D RGB (the message is shown in the widget).
+    """
+    shape = tuple(int(n) for n in shape)
+    spatial = shape[:-1] if rgb else shape
+    if len(spatial) not in (2, 3):
+        kind = "RGB " if rgb else ""
+        raise ValueError(
+            f"Detect nuclei works on 2D, 3D or 2D RGB images; this {kind}image has "
+            f"{len(spatial)} spatial axes (shape {shape})"
+        )
+    if rgb and len(spatial) != 2:
+        raise ValueError(f"RGB images must be 2D; got shape {shape}")
+    ndim = len(spatial)
+    scale = tuple(float(s) for s in (scale if scale is not None else (1.0,) * ndim))[-ndim:]
+    translate = tuple(float(t) for t in (translate if translate is not None else (0.0,) * ndim))[-ndim:]
+    units = tuple(units)[-ndim:] if units is not None else None
+    unit = _unit_name(units, metadata, scale)
+    names = tuple(str(u) for u in units) if units is not None else None
+    return ImageGeometry(spatial, scale, translate, unit, bool(rgb), names)
+
+
+def preview_slab(geometry: ImageGeometry, radius: float, plane: float) -> tuple[slice, int]:
+    """The z range a 3D live preview computes on: the displayed plane +- r (about 2r thick).
+
+    ``plane`` is the displayed z in data (pixel) coordinates. One extra pixel on
+    each side keeps a nucleus centred on the plane whole. Returns the slice along
+    z and its first index (the z offset to add to the points found in the slab).
+    """
+    depth = geometry.shape[0]
+    half = math.ceil(radius / geometry.scale[0]) + 1
+    centre = int(round(min(max(float(plane), 0.0), depth - 1)))
+    start, stop = max(centre - half, 0), min(centre + half + 1, depth)
+    return slice(start, stop), start
+
+
+@dataclass(frozen=True)
+class DetectRequest:
+    """Everything a worker needs: the pixels (whole image or slab) and the settings."""
+
+    image: np.ndarray = field(repr=False)
+    radius: float
+    """Radius in world units (the image's scale units)."""
+    spacing: tuple[float, ...]
+    polarity: str = "bright"
+    blur: float | None = None
+    """Pre-smoothing for the detector; None keeps its default."""
+    offset: tuple[int, ...] | None = None
+    """Pixel offset of ``image`` in the full image (3D preview slab), or None."""
+    generation: int = 0
+    """Which request of the widget this is; results of older ones are dropped."""
+    preview: bool = False
+
+    def settings(self) -> tuple:
+        """The settings that make a cached result reusable (the threshold is not one)."""
+        return (self.radius, self.spacing, self.polarity, self.blur, self.offset, self.image.shape)
+
+
+@dataclass(frozen=True)
+class DetectResult:
+    """A detector run and where its points belong in the full image."""
+
+    detections: object  # ivote.detect.Detections
+    offset: tuple[int, ...] | None
+    generation: int
+    preview: bool
+    seconds: float
+
+    def points(self, threshold="otsu") -> tuple[np.ndarray, np.ndarray, float]:
+        """(points in full-image pixels, scores, applied threshold) for ``threshold``.
+
+        Only refilters the cached maxima (``Detections.with_threshold``).
+        """
+        detections = self.detections.with_threshold(threshold)
+        points = np.asarray(detections.points, dtype=np.float64)
+        if self.offset is not None and len(points):
+            points = points + np.asarray(self.offset, dtype=np.float64)
+        return points, np.asarray(detections.scores, dtype=np.float64), float(detections.threshold)
+
+
+def validate_settings(radius, *, has_image: bool) -> str | None:
+    """A message for settings that cannot run, or None when they can."""
+    if not has_image:
+        return "Add or select an image layer first (File > Open, or File > Open Sample)."
+    if not (isinstance(radius, (int, float)) and math.isfinite(radius) and radius > 0):
+        return f"The radius must be larger than 0; got {radius:g}."
+    return None
+
+
+def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
+    """Run the detector on ``request`` (what the widget's worker calls).
+
+    ``iter_callback(pass_index, n_passes)`` is passed through; raising from it
+    (e.g. :class:`DetectionCancelled`) stops the run within a pass. GPU memory
+    pools are emptied afterwards, whatever happened.
+    """
+    import time
+
+    from .. import detect
+    from .._backend import free_gpu_memory
+
+    kwargs = {}
+    if request.blur is not None:
+        kwargs["blur"] = request.blur
+    start = time.perf_counter()
+    try:
+        detections = detect.iterative_voting(
+            request.image,
+            radius=request.radius,
+            spacing=request.spacing,
+            polarity=request.polarity,
+            threshold="otsu",
+            iter_callback=iter_callback,
+            **kwargs,
+        )
+    finally:
+        free_gpu_memory()
+    return DetectResult(detections, request.offset, request.generation, request.preview, time.perf_counter() - start)
+
+
+def threshold_range(result: DetectResult) -> tuple[float, float]:
+    """Range of the score-threshold slider: the scores of all candidate maxima."""
+    scores = np.asarray(result.detections.candidate_scores, dtype=np.float64)
+    if scores.size == 0:
+        return 0.0, 1.0
+    low, high = float(scores.min()), float(scores.max())
+    return (low, high) if high > low else (low, low + 1.0)
+
+
+def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *, image_name: str,
+                       score_range=None) -> dict:
+    """Data and properties of the Points layer for the nuclei of an image.
+
+    Points are in the image's pixel coordinates; the layer inherits its scale
+    and translate, so they sit on the nuclei in world coordinates. napari sizes
+    points in data pixels along the last axis, so a diameter of ``2 r`` in world
+    units is ``2 r / scale[-1]``.
+    """
+    points = np.asarray(points, dtype=np.float64).reshape(-1, geometry.ndim)
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    if score_range is None:
+        score_range = (float(scores.min()), float(scores.max())) if scores.size else (0.0, 1.0)
+    low, high = score_range
+    return {
+        "data": points,
+        "name": points_layer_name(image_name),
+        "ndim": geometry.ndim,
+        "scale": geometry.scale,
+        "translate": geometry.translate,
+        "units": geometry.units,
+        "size": 2.0 * radius / geometry.scale[-1],
+        "features": {"score": scores},
+        "face_color": "score",
+        "face_colormap": SCORE_COLORMAP,
+        "face_contrast_limits": (low, high if high > low else low + 1.0),
+        "border_color": "white",
+        "border_width": 0.05,
+        "opacity": 0.8,
+        "out_of_slice_display": geometry.ndim == 3,
+        "metadata": {"ivote_image": image_name, "radius": float(radius), "units": geometry.unit},
+    }

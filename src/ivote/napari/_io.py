@@ -1,0 +1,105 @@
+"""Reader and writer contributions for points CSV files (``ivote.io`` formats).
+
+The writer saves a Points layer as pixel coordinates, scores and world
+coordinates, with the layer's scale, translate and unit in ``#`` header lines;
+the reader claims only CSV files whose header starts with the pixel columns
+(``y,x`` or ``z,y,x``) and restores the points, scores and scale exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..io import read_points_csv, write_points_csv
+
+__all__ = ["get_reader", "read_points", "write_points"]
+
+_PIXEL_HEADERS = (["z", "y", "x"], ["y", "x"])
+_UNIT_SHORT = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm", "µm": "um"}
+
+
+def _is_points_csv(path: Path) -> bool:
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.startswith("#"):
+                    header = [h.strip().lower() for h in line.strip().split(",")]
+                    return any(header[: len(axes)] == axes for axes in _PIXEL_HEADERS)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return False
+
+
+def get_reader(path):
+    """napari reader hook: a reader for one points CSV file, or None."""
+    if isinstance(path, (list, tuple)):
+        if len(path) != 1:
+            return None
+        path = path[0]
+    return read_points if _is_points_csv(Path(path)) else None
+
+
+def _units_name(units) -> str | None:
+    if units is None:
+        return None
+    names = [str(u) for u in np.atleast_1d(np.asarray(units, dtype=object))]
+    name = names[-1] if names else None
+    if name in (None, "", "pixel", "px"):
+        return None
+    return _UNIT_SHORT.get(name, name)
+
+
+def read_points(path) -> list[tuple]:
+    """Read a points CSV as a napari Points layer (data, attributes, 'points')."""
+    path = Path(path[0] if isinstance(path, (list, tuple)) else path)
+    table = read_points_csv(path)
+    ndim = table.points.shape[1]
+    attributes: dict = {"name": path.stem, "ndim": ndim, "metadata": {"source": str(path)}}
+    if table.spacing is not None:
+        attributes["scale"] = table.spacing
+    if table.translate is not None:
+        attributes["translate"] = table.translate
+    if table.units:
+        attributes["metadata"]["units"] = table.units
+        if table.units not in ("pixel", "px"):
+            attributes["units"] = (table.units,) * ndim
+    if table.scores is not None:
+        attributes.update(features={"score": table.scores}, face_color="score", face_colormap="viridis")
+    return [(table.points, attributes, "points")]
+
+
+def write_points(path: str, data, attributes: dict) -> list[str]:
+    """napari single-layer writer: a Points layer to ``.csv`` (atomically).
+
+    Writes pixel coordinates, the ``score`` feature when there is one, world
+    coordinates and the layer's scale, translate and unit.
+    """
+    points = np.asarray(data, dtype=np.float64)
+    ndim = points.shape[1] if points.ndim == 2 else int(attributes.get("ndim", 2))
+    points = points.reshape(-1, ndim)
+    if ndim not in (2, 3):
+        raise ValueError(f"only 2D or 3D points can be written to CSV; this layer has {ndim} dimensions")
+    features = attributes.get("features")
+    scores = None
+    if features is not None and "score" in getattr(features, "columns", features):
+        scores = np.asarray(features["score"], dtype=np.float64)
+    scale = attributes.get("scale")
+    translate = attributes.get("translate")
+    units = _units_name(attributes.get("units")) or (attributes.get("metadata") or {}).get("units")
+    units = _UNIT_SHORT.get(units, units)
+    path = Path(path)
+    if path.suffix.lower() != ".csv":
+        path = path.with_suffix(".csv")
+    write_points_csv(
+        path,
+        points,
+        scores,
+        spacing=None if scale is None else tuple(scale)[-ndim:],
+        translate=None if translate is None else tuple(translate)[-ndim:],
+        units=units or "pixel",
+    )
+    return [str(path)]

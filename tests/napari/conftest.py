@@ -1,0 +1,67 @@
+"""Shared fixtures of the napari tests.
+
+Widget tests need napari, pytest-qt and a display (a real one, Xvfb through
+``xvfb-run -a`` / pytest-xvfb, or ``QT_QPA_PLATFORM=offscreen``); without them
+they are skipped, not failed. Reader/writer tests run without a display.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from ivote.data import synthetic_nuclei
+
+
+def _display_reason() -> str | None:
+    for module in ("napari", "pytestqt", "qtpy"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY")
+        or os.environ.get("WAYLAND_DISPLAY")
+        or os.environ.get("QT_QPA_PLATFORM") in ("offscreen", "minimal")
+    ):
+        return "no display: run under xvfb-run -a, with pytest-xvfb, or QT_QPA_PLATFORM=offscreen"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``napari`` when napari, pytest-qt or a display is missing."""
+    # Checked here, not at import: this conftest can be imported before
+    # pytest-xvfb's pytest_configure has started Xvfb and set DISPLAY.
+    reason = _display_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "napari" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def nuclei_2d():
+    """A 256² synthetic tile at 0.5 µm/px with nuclei up to 6 µm, and a world offset."""
+    sample = synthetic_nuclei((256, 256), spacing=(0.5, 0.5), radius=6.0, overlap=0.2, noise=0.05, seed=7)
+    return sample, (12.5, -30.0)
+
+
+@pytest.fixture(scope="session")
+def nuclei_3d():
+    """An anisotropic 24x96x96 volume at (2, 0.5, 0.5) µm with nuclei up to 6 µm, and a world offset."""
+    sample = synthetic_nuclei((24, 96, 96), spacing=(2.0, 0.5, 0.5), radius=6.0, overlap=0.15, noise=0.05, seed=3)
+    return sample, (-8.0, 4.0, 100.0)
+
+
+@pytest.fixture
+def to_world():
+    """Pixel coordinates to world coordinates: ``points * scale + translate``."""
+
+    def convert(points, scale, translate) -> np.ndarray:
+        return np.asarray(points, dtype=float) * np.asarray(scale) + np.asarray(translate)
+
+    return convert
