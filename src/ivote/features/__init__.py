@@ -1,0 +1,6 @@
+"""Learned features: a convolutional RBM trained in the frequency domain, 2D and 3D, strided."""
+
+from ._convrbm import ConvRBM
+from ._space_to_depth import depth_to_space, fft_size, space_to_depth
+
+__all__ = ["ConvRBM", "depth_to_space", "fft_size", "space_to_depth"]

@@ -1,0 +1,555 @@
+"""Convolutional RBM trained in the frequency domain (Brosch & Tam 2015).
+
+Model (one input channel, ``n_filters`` hidden maps, stride ``s``)::
+
+    mu_k[n]  = sum_m w_k[m] v[s n - s r + m] + c_k            (hidden pre-activation)
+    h_k      = max(0, mu_k + N(0, sigm(mu_k)))                  (noisy ReLU)
+    E[v | h] = sum_k sum_n h_k[n] w_k[x - s n + s r] + b        (Gaussian visible, unit variance)
+
+with zero boundaries (visible and hidden units exist only inside the image), so
+the hidden and visible passes are exact transposes of each other. ``r`` centres
+the filters: with stride 1 and odd filters this is a 'same' correlation.
+
+Training keeps images and filters as spectra of one padded FFT shape. A stride
+``s`` becomes stride 1 after space-to-depth (``s**ndim`` channels); the FFT
+shape is at least ``image/s + filter/s`` per axis (no wrap-around) and of the
+form ``2**a 3**b 5**c``. Only the nonlinearity, the noise, the masks and the
+biases are applied in the spatial domain: four batched FFTs of ``n_filters``
+maps per image and CD-1 step. Gradients are summed as spectra over a
+mini-batch and cut back to the filter size once per mini-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Integral
+from pathlib import Path
+
+import numpy as np
+
+from .._backend import default_xp, to_device, to_host
+from .._validate import check_image, check_positive
+from ._space_to_depth import depth_to_space, fft_size, space_to_depth
+from ._spectral import accumulate_gradient, hidden_spectrum, irfftn, noisy_relu, rfftn, visible_spectrum
+
+__all__ = ["ConvRBM"]
+
+_FORMAT = "ivote-convrbm-1"
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Sizes of one image shape: pixels, blocks (after space-to-depth), FFT shape."""
+
+    shape: tuple  # image, pixels
+    stride: int
+    filter_shape: tuple  # pixels
+    blocks: tuple  # hidden / depth-domain extent, ceil(shape / stride)
+    filter_blocks: tuple  # ceil(filter_shape / stride)
+    centre: tuple  # r: filter offset in blocks
+    fft_shape: tuple
+
+    @classmethod
+    def of(cls, shape, stride, filter_shape):
+        blocks = tuple(-(-n // stride) for n in shape)
+        filter_blocks = tuple(-(-k // stride) for k in filter_shape)
+        centre = tuple((k - 1) // 2 for k in filter_blocks)
+        fft_shape = tuple(fft_size(n + max(r, k - 1 - r)) for n, k, r in zip(blocks, filter_blocks, centre))
+        return cls(tuple(shape), stride, tuple(filter_shape), blocks, filter_blocks, centre, fft_shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def n_channels(self):
+        return self.stride**self.ndim
+
+    @property
+    def freq_shape(self):
+        return self.fft_shape[:-1] + (self.fft_shape[-1] // 2 + 1,)
+
+
+def _standardise(image, xp, dtype):
+    image = xp.asarray(image, dtype=dtype)
+    std = float(image.std())
+    mean = float(image.mean())
+    return (image - mean) / (std if std > 0 else 1.0), mean, std if std > 0 else 1.0
+
+
+class ConvRBM:
+    """Convolutional restricted Boltzmann machine, 2D or 3D, trained in the frequency domain.
+
+    Gaussian visible units (the input standardised per image to zero mean and
+    unit variance), noisy rectified linear hidden units, contrastive divergence
+    (CD-1) with momentum and weight decay. Strides 1, 2 and 4 are trained as
+    stride-1 convolutions after space-to-depth.
+
+    Parameters
+    ----------
+    n_filters : int
+        Number of filters (hidden feature maps).
+    filter_shape : int or tuple of int
+        Filter size in pixels; an int is used along every axis (the number of
+        axes is then taken from the first image).
+    stride : int
+        Hidden units sit on a grid ``stride`` pixels apart: 1, 2 or 4.
+    seed : int
+        Seed of the filter initialisation and of the sampling noise.
+    dtype : float32 or float64
+        Precision of parameters and spectra (float32 is fast on GPUs).
+    xp : module, optional
+        ``numpy`` or ``cupy``; default: the backend of :func:`ivote._backend.default_xp`.
+    init_scale : float
+        Standard deviation of the initial filter weights.
+
+    Attributes
+    ----------
+    filters_ : ndarray, shape (n_filters, *filter_shape)
+    hidden_bias_ : ndarray, shape (n_filters,)
+    visible_bias_ : float
+    reconstruction_errors_ : list of float
+        Mean squared reconstruction error (standardised units) of each epoch.
+
+    References
+    ----------
+    .. [1] T. Brosch and R. Tam, "Efficient training of convolutional deep belief
+       networks in the frequency domain for application to high-resolution 2D
+       and 3D images", Neural Computation 27(1), 211-227, 2015.
+       :doi:`10.1162/NECO_a_00682`
+    .. [2] V. Nair and G. E. Hinton, "Rectified linear units improve restricted
+       Boltzmann machines", ICML 2010.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ivote.data import synthetic_nuclei
+    >>> from ivote.features import ConvRBM
+    >>> image = synthetic_nuclei((48, 48), radius=6, seed=1).image
+    >>> model = ConvRBM(4, 5, stride=2, xp=np).fit(image, epochs=2)
+    >>> model.transform(image).shape
+    (4, 48, 48)
+    """
+
+    def __init__(self, n_filters, filter_shape, *, stride=1, seed=0, dtype=np.float32, xp=None, init_scale=0.01):
+        if not isinstance(n_filters, Integral) or n_filters < 1:
+            raise ValueError(f"n_filters must be an integer >= 1; got {n_filters!r}")
+        if isinstance(filter_shape, Integral):
+            filter_shape = int(filter_shape)
+            sizes = (filter_shape,)
+        else:
+            filter_shape = tuple(int(k) for k in filter_shape)
+            sizes = filter_shape
+            if len(filter_shape) not in (2, 3):
+                raise ValueError(f"filter_shape must be an int or have 2 or 3 sizes; got {filter_shape!r}")
+        if any(k < 1 for k in sizes):
+            raise ValueError(f"filter_shape must be >= 1 along every axis; got {filter_shape!r}")
+        if stride not in (1, 2, 4):
+            raise ValueError(f"stride must be 1, 2 or 4; got {stride!r}")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64; got {dtype}")
+        self.n_filters = int(n_filters)
+        self.stride = int(stride)
+        self.seed = int(seed)
+        self.dtype = dtype
+        self.init_scale = check_positive(init_scale, "init_scale")
+        self.xp = default_xp() if xp is None else xp
+        self._filter_shape = filter_shape
+        self.filters_ = None
+        self.hidden_bias_ = None
+        self.visible_bias_ = 0.0
+        self.reconstruction_errors_ = []
+        self._rng = self.xp.random.default_rng(self.seed)
+        self._geometries = {}
+
+    # ------------------------------------------------------------------ setup
+
+    @property
+    def filter_shape(self) -> tuple:
+        """Filter size in pixels along each axis (known once the number of axes is)."""
+        if isinstance(self._filter_shape, int):
+            if self.filters_ is None:
+                raise AttributeError("filter_shape is given as an int; fit the model to learn the number of axes")
+            return (self._filter_shape,) * (self.filters_.ndim - 1)
+        return self._filter_shape
+
+    @property
+    def ndim(self) -> int | None:
+        if self.filters_ is not None:
+            return self.filters_.ndim - 1
+        return None if isinstance(self._filter_shape, int) else len(self._filter_shape)
+
+    def _initialise(self, ndim):
+        shape = self._filter_shape if not isinstance(self._filter_shape, int) else (self._filter_shape,) * ndim
+        rng = np.random.default_rng(self.seed)
+        filters = rng.normal(0.0, self.init_scale, size=(self.n_filters,) + tuple(shape))
+        self.filters_ = self.xp.asarray(filters, dtype=self.dtype)
+        self.hidden_bias_ = self.xp.zeros(self.n_filters, dtype=self.dtype)
+        self.visible_bias_ = 0.0
+
+    def _geometry(self, shape):
+        key = tuple(shape)
+        geometry = self._geometries.get(key)
+        if geometry is None:
+            geometry = _Geometry.of(key, self.stride, self.filter_shape)
+            self._geometries[key] = geometry
+        return geometry
+
+    def _check(self, image, name="image"):
+        image = check_image(image, name=name)
+        if self.ndim is not None and image.ndim != self.ndim:
+            raise ValueError(f"{name} must be {self.ndim}D like the filters; got shape {image.shape}")
+        return image
+
+    # --------------------------------------------------- spatial <-> spectral
+
+    def _visible_blocks(self, standardised, geometry):
+        """Pixel image -> depth-domain visible units ``(n_channels, *blocks)`` (zero padded)."""
+        xp = self.xp
+        s = geometry.stride
+        padded_shape = tuple(b * s for b in geometry.blocks)
+        if padded_shape != standardised.shape:
+            padded = xp.zeros(padded_shape, dtype=self.dtype)
+            padded[tuple(slice(0, n) for n in standardised.shape)] = standardised
+            standardised = padded
+        return xp.ascontiguousarray(space_to_depth(standardised, s, geometry.ndim))
+
+    def _visible_mask(self, geometry):
+        """1 where a depth-domain visible unit is a real pixel, 0 in the padding (cached)."""
+        key = ("mask", geometry.shape)
+        mask = self._geometries.get(key)
+        if mask is None:
+            ones = self.xp.ones(geometry.shape, dtype=self.dtype)
+            mask = self._visible_blocks(ones, geometry)
+            self._geometries[key] = mask
+        return mask
+
+    def _pixels(self, blocks, geometry):
+        """Depth-domain visible ``(n_channels, *blocks)`` -> pixel image cropped to the input shape."""
+        image = depth_to_space(blocks, geometry.stride, geometry.ndim)
+        return image[tuple(slice(0, n) for n in geometry.shape)]
+
+    def _filter_spectra(self, geometry):
+        """Filters padded to the FFT shape, centred on the origin, as spectra ``(n_filters, n_channels, *freq)``."""
+        xp = self.xp
+        s, ndim = geometry.stride, geometry.ndim
+        padded = xp.zeros((self.n_filters,) + tuple(k * s for k in geometry.filter_blocks), dtype=self.dtype)
+        padded[(slice(None),) + tuple(slice(0, k) for k in geometry.filter_shape)] = self.filters_
+        blocks = space_to_depth(padded, s, ndim)
+        placed = xp.zeros((self.n_filters, geometry.n_channels) + geometry.fft_shape, dtype=self.dtype)
+        placed[(slice(None), slice(None)) + tuple(slice(0, k) for k in geometry.filter_blocks)] = blocks
+        # centring: filter tap m goes to (m - r) mod P, so hidden unit n sees v[n + m - r]
+        placed = xp.roll(placed, tuple(-r for r in geometry.centre), axis=tuple(range(2, 2 + ndim)))
+        return rfftn(placed, geometry.fft_shape, xp)
+
+    def _filter_gradient(self, gradient_spectrum, geometry):
+        """Summed CD statistics (spectra) -> gradient of the pixel-domain filters (crop once per mini-batch)."""
+        xp = self.xp
+        ndim = geometry.ndim
+        spatial = irfftn(gradient_spectrum, geometry.fft_shape, xp)
+        spatial = xp.roll(spatial, geometry.centre, axis=tuple(range(2, 2 + ndim)))
+        blocks = spatial[(slice(None), slice(None)) + tuple(slice(0, k) for k in geometry.filter_blocks)]
+        pixels = depth_to_space(blocks, geometry.stride, ndim)
+        return pixels[(slice(None),) + tuple(slice(0, k) for k in geometry.filter_shape)]
+
+    # ----------------------------------------------------------- the passes
+
+    def _hidden(self, visible_spec, filter_spec, geometry, noise):
+        """Hidden units in the spatial domain, ``(n_filters, *fft_shape)``, zero outside the image."""
+        pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp), geometry.fft_shape, self.xp)
+        return noisy_relu(pre_activation, self.hidden_bias_, geometry.blocks, noise, self.xp)
+
+    def _visible(self, hidden_spec, filter_spec, geometry):
+        """Mean of the Gaussian visible units given hidden spectra, ``(n_channels, *fft_shape)``."""
+        xp = self.xp
+        spatial = irfftn(visible_spectrum(filter_spec, hidden_spec, xp), geometry.fft_shape, xp)
+        inside = (slice(None),) + tuple(slice(0, b) for b in geometry.blocks)
+        visible = xp.zeros_like(spatial)
+        visible[inside] = (spatial[inside] + self.dtype.type(self.visible_bias_)) * self._visible_mask(geometry)
+        return visible
+
+    def _cd1(self, visible_blocks, geometry, filter_spec, gradient_spec, noise):
+        """One CD-1 step on one image; adds its statistics to ``gradient_spec``.
+
+        Returns ``(v0, h0, v1, h1)`` in the spatial domain (padded FFT shape) and the
+        sums needed for the bias gradients and the reconstruction error. The
+        positive phase uses the sampled ``h0`` (the same spectrum drives the
+        reconstruction), the negative phase the expectation of ``h1``: four
+        batched FFTs of ``n_filters`` maps.
+        """
+        xp = self.xp
+        v0_spec = rfftn(visible_blocks, geometry.fft_shape, xp)  # zero-pads to the FFT shape
+        h0 = self._hidden(v0_spec, filter_spec, geometry, noise)
+        h0_spec = rfftn(h0, geometry.fft_shape, xp)
+        v1 = self._visible(h0_spec, filter_spec, geometry)
+        v1_spec = rfftn(v1, geometry.fft_shape, xp)
+        h1 = self._hidden(v1_spec, filter_spec, geometry, None)
+        h1_spec = rfftn(h1, geometry.fft_shape, xp)
+        accumulate_gradient(gradient_spec, h0_spec, v0_spec, h1_spec, v1_spec, xp)
+        # bias statistics are the zero-frequency terms of the spectra
+        zero = (slice(None),) + (0,) * geometry.ndim
+        visible_stat = (v0_spec[zero].real - v1_spec[zero].real).sum()
+        hidden_stat = h0_spec[zero].real - h1_spec[zero].real
+        inside = tuple(slice(0, b) for b in geometry.blocks)
+        error = ((visible_blocks - v1[(slice(None),) + inside]) ** 2).sum()
+        return h0, v1, h1, visible_stat, hidden_stat, error
+
+    def _noise(self, geometry):
+        return self._rng.standard_normal((self.n_filters,) + geometry.fft_shape, dtype=self.dtype)
+
+    # ---------------------------------------------------------------- public
+
+    def fit(self, images, *, epochs=10, batch_size=4, learning_rate=1e-3, momentum=0.9, weight_decay=1e-4,
+            patch_shape=None, progress=None):
+        """Train by CD-1 with momentum and weight decay.
+
+        Parameters
+        ----------
+        images : ndarray or sequence of ndarray
+            One 2D/3D image or several (shapes may differ; all with the filters'
+            number of axes). Each is standardised to zero mean, unit variance.
+        epochs : int
+            Passes over the training images (or patches).
+        batch_size : int
+            Images (or patches) per mini-batch; statistics are summed over a
+            mini-batch one image at a time, so memory does not grow with it.
+        learning_rate, momentum, weight_decay : float
+            ``velocity = momentum * velocity + learning_rate * (grad - weight_decay * W)``.
+        patch_shape : tuple of int, optional
+            Train on tiles of this shape cut from each image on a grid with a
+            random offset every epoch (more, smaller updates from few images).
+        progress : callable, optional
+            ``progress(epoch, n_epochs, reconstruction_error)`` after each epoch;
+            an exception raised by it stops training (the model keeps the
+            parameters of the last finished mini-batch).
+
+        Returns
+        -------
+        self
+        """
+        xp = self.xp
+        if isinstance(images, (list, tuple)):
+            images = list(images)
+        else:
+            images = [images]
+        if not images:
+            raise ValueError("images must hold at least one image")
+        if not isinstance(epochs, Integral) or epochs < 1:
+            raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
+        if not isinstance(batch_size, Integral) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        learning_rate = check_positive(learning_rate, "learning_rate")
+        momentum = check_positive(momentum, "momentum", upper=0.999, allow_zero=True)
+        weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
+        standardised = []
+        for i, image in enumerate(images):
+            image = self._check(image, name=f"images[{i}]")
+            if self.filters_ is None:
+                self._initialise(image.ndim)
+            standardised.append(_standardise(to_device(image, xp), xp, self.dtype)[0])
+        if patch_shape is not None:
+            patch_shape = tuple(int(p) for p in patch_shape)
+            if len(patch_shape) != self.ndim or any(p < 1 for p in patch_shape):
+                raise ValueError(f"patch_shape must have {self.ndim} positive sizes; got {patch_shape!r}")
+        sample_rng = np.random.default_rng(self.seed + 1)
+        velocity_w = xp.zeros_like(self.filters_)
+        velocity_c = xp.zeros_like(self.hidden_bias_)
+        velocity_b = 0.0
+        for epoch in range(epochs):
+            samples = self._samples(standardised, patch_shape, sample_rng)
+            order = sample_rng.permutation(len(samples))
+            total_error, total_units = 0.0, 0
+            for start in range(0, len(order), batch_size):
+                batch = [samples[i] for i in order[start : start + batch_size]]
+                grad_w, grad_c, grad_b, error, units = self._batch_gradient(batch)
+                total_error += error
+                total_units += units
+                velocity_w = momentum * velocity_w + learning_rate * (grad_w - weight_decay * self.filters_)
+                velocity_c = momentum * velocity_c + learning_rate * grad_c
+                velocity_b = momentum * velocity_b + learning_rate * grad_b
+                self.filters_ = (self.filters_ + velocity_w).astype(self.dtype, copy=False)
+                self.hidden_bias_ = (self.hidden_bias_ + velocity_c).astype(self.dtype, copy=False)
+                self.visible_bias_ = float(self.visible_bias_ + velocity_b)
+            error = total_error / max(total_units, 1)
+            self.reconstruction_errors_.append(error)
+            if progress is not None:
+                progress(epoch + 1, epochs, error)
+        return self
+
+    def _samples(self, standardised, patch_shape, rng):
+        if patch_shape is None:
+            return standardised
+        samples = []
+        for image in standardised:
+            shape = tuple(min(p, n) for p, n in zip(patch_shape, image.shape))
+            offsets = [int(rng.integers(0, n - p + 1)) if n > p else 0 for p, n in zip(shape, image.shape)]
+            starts = [range(o % p, n - p + 1, p) if n - p >= 0 else [0] for o, p, n in zip(offsets, shape, image.shape)]
+            starts = [list(s) or [0] for s in starts]
+            for corner in np.stack(np.meshgrid(*starts, indexing="ij"), -1).reshape(-1, len(shape)):
+                samples.append(image[tuple(slice(c, c + p) for c, p in zip(corner, shape))])
+        return samples
+
+    def _batch_gradient(self, batch):
+        """Gradients (filters, hidden bias, visible bias) averaged over a mini-batch."""
+        xp = self.xp
+        by_geometry = {}
+        grad_c = xp.zeros_like(self.hidden_bias_)
+        grad_b = 0.0
+        error = 0.0
+        units = 0
+        for sample in batch:
+            geometry = self._geometry(sample.shape)
+            if geometry not in by_geometry:
+                spec = self._filter_spectra(geometry)
+                by_geometry[geometry] = (spec, xp.zeros_like(spec))
+            filter_spec, gradient_spec = by_geometry[geometry]
+            n_hidden = math.prod(geometry.blocks)
+            _, _, _, visible_stat, hidden_stat, sq_error = self._cd1(
+                self._visible_blocks(sample, geometry), geometry, filter_spec, gradient_spec, self._noise(geometry)
+            )
+            # the spectra's scaling: their zero frequency is the plain sum
+            grad_c += hidden_stat / n_hidden
+            grad_b += float(visible_stat) / sample.size
+            error += float(sq_error)
+            units += sample.size
+        grad_w = xp.zeros_like(self.filters_)
+        count = len(batch)
+        for geometry, (_, gradient_spec) in by_geometry.items():
+            n_hidden = math.prod(geometry.blocks)
+            # Parseval: the inverse FFT of conj(H) V is the spatial correlation
+            grad_w += self._filter_gradient(gradient_spec, geometry) / n_hidden
+        # images of different shapes each weigh as one sample
+        return grad_w / count, grad_c / count, grad_b / count, error, units
+
+    def _hidden_maps(self, image):
+        """Hidden expectations on the stride grid, ``(n_filters, *blocks)``, and the geometry."""
+        xp = self.xp
+        image = to_device(self._check(image), xp)
+        if self.filters_ is None:
+            raise RuntimeError("the model is not fitted yet: call fit() or ConvRBM.load()")
+        standardised, mean, std = _standardise(image, xp, self.dtype)
+        geometry = self._geometry(standardised.shape)
+        visible_spec = rfftn(self._visible_blocks(standardised, geometry), geometry.fft_shape, xp)
+        hidden = self._hidden(visible_spec, self._filter_spectra(geometry), geometry, None)
+        return hidden[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)], geometry, (mean, std)
+
+    def hidden_grid(self, image):
+        """Hidden expectations ``max(0, mu)`` on the stride grid, ``(n_filters, *ceil(shape / stride))``."""
+        return self._hidden_maps(image)[0]
+
+    def transform(self, image):
+        """Hidden expectations at the input's size, ``(n_filters, *image.shape)``.
+
+        With stride > 1 each hidden unit is repeated over the pixels nearest to
+        the centre of its receptive field (nearest-neighbour upsampling).
+        """
+        hidden, geometry, _ = self._hidden_maps(image)
+        if geometry.stride == 1:
+            return hidden
+        xp = self.xp
+        s = geometry.stride
+        index = []
+        for n, k, r, b in zip(geometry.shape, geometry.filter_shape, geometry.centre, geometry.blocks):
+            # hidden unit j is centred on pixel s (j - r) + (k - 1) / 2
+            nearest = xp.floor((xp.arange(n) - (k - 1) / 2) / s + r + 0.5).astype(np.int64)
+            index.append(xp.clip(nearest, 0, b - 1))
+        return hidden[(slice(None),) + xp.ix_(*index)]
+
+    def reconstruct(self, image):
+        """Mean of the visible units given the hidden expectations, in the image's units."""
+        xp = self.xp
+        hidden, geometry, (mean, std) = self._hidden_maps(image)
+        padded = xp.zeros((self.n_filters,) + geometry.fft_shape, dtype=self.dtype)
+        padded[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)] = hidden
+        hidden_spec = rfftn(padded, geometry.fft_shape, xp)
+        visible = self._visible(hidden_spec, self._filter_spectra(geometry), geometry)
+        visible = visible[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)]
+        return self._pixels(visible, geometry) * std + mean
+
+    def detection_input(self, image):
+        """A single-channel map for iterative voting in place of the Gaussian pre-blur.
+
+        The linear combination of the hidden maps (and a constant) that best
+        fits the standardised image in the least-squares sense, i.e. the
+        combination most correlated with it: a denoised image in the model's
+        learned basis, with the input's polarity (bright nuclei stay bright),
+        standardised to zero mean and unit variance.
+
+        Returns
+        -------
+        ndarray
+            Same spatial shape as ``image``, the model's dtype, on the model's backend.
+        """
+        xp = self.xp
+        image = to_device(self._check(image), xp)
+        features = self.transform(image)
+        target = _standardise(image, xp, self.dtype)[0].ravel().astype(np.float64)
+        design = features.reshape(self.n_filters, -1).astype(np.float64)
+        design = xp.concatenate([design, xp.ones((1, design.shape[1]))])
+        gram = design @ design.T
+        ridge = 1e-6 * float(xp.trace(gram)) / gram.shape[0]
+        weights = xp.linalg.solve(gram + ridge * xp.eye(gram.shape[0]), design @ target)
+        combined = (weights @ design).reshape(image.shape)
+        combined -= combined.mean()
+        scale = float(combined.std())
+        return (combined / (scale if scale > 0 else 1.0)).astype(self.dtype)
+
+    # ------------------------------------------------------------ save/load
+
+    def save(self, path):
+        """Write the parameters to ``path`` (``.npz``, no pickled objects)."""
+        if self.filters_ is None:
+            raise RuntimeError("the model is not fitted yet: nothing to save")
+        np.savez(
+            path,
+            format=np.array(_FORMAT),
+            filters=to_host(self.filters_),
+            hidden_bias=to_host(self.hidden_bias_),
+            visible_bias=np.array(self.visible_bias_, dtype=np.float64),
+            stride=np.array(self.stride),
+            seed=np.array(self.seed),
+            init_scale=np.array(self.init_scale),
+            reconstruction_errors=np.asarray(self.reconstruction_errors_, dtype=np.float64),
+        )
+        return Path(path)
+
+    @classmethod
+    def load(cls, path, *, xp=None):
+        """Read a model written by :meth:`save` (exact round trip)."""
+        with np.load(path, allow_pickle=False) as data:
+            if "format" not in data or str(data["format"]) != _FORMAT:
+                raise ValueError(f"{path} is not a napari-ivote ConvRBM model ({_FORMAT})")
+            filters = data["filters"]
+            model = cls(filters.shape[0], filters.shape[1:], stride=int(data["stride"]), seed=int(data["seed"]),
+                        dtype=filters.dtype, xp=xp, init_scale=float(data["init_scale"]))
+            model.filters_ = to_device(filters, model.xp)
+            model.hidden_bias_ = to_device(data["hidden_bias"], model.xp)
+            model.visible_bias_ = float(data["visible_bias"])
+            model.reconstruction_errors_ = [float(e) for e in data["reconstruction_errors"]]
+        return model
+
+    def memory_estimate(self, shape) -> dict:
+        """Bytes of the key variables of one CD-1 step on an image of ``shape`` (cf. thesis eq. 1.14).
+
+        Spectra of the visible units (v0, v1), hidden units (h0, h1), filters and
+        the gradient accumulator, plus the spatial hidden/noise buffers, all for
+        one image (no batch dimension).
+        """
+        if isinstance(self._filter_shape, int) and self.filters_ is None:
+            self._initialise(len(shape))
+        g = self._geometry(tuple(shape))
+        real = self.dtype.itemsize
+        freq = math.prod(g.freq_shape)
+        spatial = math.prod(g.fft_shape)
+        nc, nk = g.n_channels, self.n_filters
+        spectra = 2 * real * freq * (2 * nc + 2 * nk + 2 * nk * nc)
+        buffers = real * spatial * (2 * nc + 3 * nk)
+        return {"fft_shape": g.fft_shape, "channels": nc, "spectra": spectra, "spatial": buffers,
+                "total": spectra + buffers}
+
+    def __repr__(self):
+        return (f"ConvRBM(n_filters={self.n_filters}, filter_shape={self._filter_shape!r}, stride={self.stride}, "
+                f"fitted={self.filters_ is not None})")
+

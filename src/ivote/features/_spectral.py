@@ -1,0 +1,134 @@
+"""Frequency-domain building blocks of the convolutional RBM, NumPy and CuPy.
+
+Every function has a readable NumPy body (the reference and the test oracle)
+and a CuPy branch that launches the kernels of ``kernels/convrbm.cu``. Spectra
+are channels-first: ``(n_filters, n_channels, *freq)``, ``(n_channels, *freq)``
+and ``(n_filters, *freq)``; FFTs run over the trailing spatial axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import fft_module, get_kernel, index_type
+
+__all__ = [
+    "accumulate_gradient",
+    "hidden_spectrum",
+    "irfftn",
+    "noisy_relu",
+    "rfftn",
+    "visible_spectrum",
+]
+
+_BLOCK = 256
+
+
+def rfftn(x, shape, xp):
+    """Real FFT over the last ``len(shape)`` axes, zero-padded to ``shape``."""
+    axes = tuple(range(-len(shape), 0))
+    fft = fft_module(xp)
+    if xp is np:
+        return fft.rfftn(x, s=shape, axes=axes, workers=-1)
+    return fft.rfftn(x, s=shape, axes=axes)  # cuFFT plans come from CuPy's plan cache
+
+
+def irfftn(x, shape, xp):
+    """Inverse of :func:`rfftn` for spatial ``shape``."""
+    axes = tuple(range(-len(shape), 0))
+    fft = fft_module(xp)
+    if xp is np:
+        return fft.irfftn(x, s=shape, axes=axes, workers=-1)
+    return fft.irfftn(x, s=shape, axes=axes)
+
+
+def _kernel(name, array, real):
+    vector = {"float32": "float2", "float64": "double2"}[np.dtype(real).name]
+    scalar = {"float2": "float", "double2": "double"}[vector]
+    itype = index_type(array)
+    first = vector if name != "noisy_relu" else scalar
+    expression = f"ivote_convrbm_{name}<{first}, {itype}>"
+    kernel = get_kernel("convrbm", expression, name_expressions=(expression,))
+    index = np.int32 if itype == "int" else np.int64
+    return kernel, index
+
+
+def _launch(kernel, n, args):
+    grid = (int(n) + _BLOCK - 1) // _BLOCK
+    kernel((grid,), (_BLOCK,), args)
+
+
+def hidden_spectrum(filters, visible, xp):
+    """``sum_c conj(filters[k, c]) * visible[c]``: correlation of every filter with the visible units."""
+    n_filters, n_channels = filters.shape[:2]
+    if xp is np:
+        flat = np.einsum("kcf,cf->kf", filters.reshape(n_filters, n_channels, -1).conj(),
+                         visible.reshape(n_channels, -1))
+        return flat.reshape((n_filters,) + visible.shape[1:])
+    n_freq = visible[0].size
+    hidden = xp.empty((n_filters,) + visible.shape[1:], dtype=visible.dtype)
+    kernel, index = _kernel("hidden_spectrum", filters, filters.real.dtype)
+    _launch(kernel, hidden.size, (filters, visible, hidden, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    return hidden
+
+
+def visible_spectrum(filters, hidden, xp):
+    """``sum_k filters[k, c] * hidden[k]``: the transpose of :func:`hidden_spectrum`."""
+    n_filters, n_channels = filters.shape[:2]
+    if xp is np:
+        flat = np.einsum("kcf,kf->cf", filters.reshape(n_filters, n_channels, -1),
+                         hidden.reshape(n_filters, -1))
+        return flat.reshape((n_channels,) + hidden.shape[1:])
+    n_freq = hidden[0].size
+    visible = xp.empty((n_channels,) + hidden.shape[1:], dtype=hidden.dtype)
+    kernel, index = _kernel("visible_spectrum", filters, filters.real.dtype)
+    _launch(kernel, visible.size, (filters, hidden, visible, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    return visible
+
+
+def accumulate_gradient(gradient, h0, v0, h1, v1, xp):
+    """``gradient += conj(h0) v0 - conj(h1) v1`` per filter and channel (CD-1 statistics), in place."""
+    n_filters, n_channels = gradient.shape[:2]
+    if xp is np:
+        gradient += h0.conj()[:, None] * v0[None] - h1.conj()[:, None] * v1[None]
+        return gradient
+    kernel, index = _kernel("accumulate_gradient", gradient, gradient.real.dtype)
+    n_freq = v0[0].size
+    _launch(kernel, gradient.size,
+            (gradient, h0, v0, h1, v1, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    return gradient
+
+
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def noisy_relu(pre_activation, bias, box, noise, xp):
+    """Hidden units from pre-activations (without bias), zero outside ``box``.
+
+    ``max(0, mu + sqrt(sigm(mu)) * noise)`` with ``mu = pre_activation + bias[k]``
+    (Nair & Hinton's noisy rectified linear unit, noise of variance ``sigm(mu)``);
+    ``noise=None`` gives the expectation used for inference, ``max(0, mu)``.
+    ``box`` is the hidden extent inside the padded FFT shape.
+    """
+    n_filters = pre_activation.shape[0]
+    spatial = pre_activation.shape[1:]
+    if xp is np:
+        mu = pre_activation + bias.reshape((n_filters,) + (1,) * len(spatial))
+        if noise is not None:
+            mu = mu + np.sqrt(_sigmoid(mu)) * noise
+        out = np.zeros_like(mu)
+        inside = (slice(None),) + tuple(slice(0, b) for b in box)
+        out[inside] = np.maximum(mu[inside], 0)
+        return out
+    pz, py, px = (1,) * (3 - len(spatial)) + tuple(spatial)
+    bz, by, bx = (1,) * (3 - len(box)) + tuple(box)
+    out = xp.empty_like(pre_activation)
+    kernel, index = _kernel("noisy_relu", pre_activation, pre_activation.dtype)
+    bias = xp.ascontiguousarray(bias, dtype=pre_activation.dtype)
+    use_noise = noise is not None
+    noise_arg = xp.ascontiguousarray(noise, dtype=pre_activation.dtype) if use_noise else pre_activation
+    _launch(kernel, out.size,
+            (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(use_noise), np.int32(n_filters),
+             np.int32(pz), np.int32(py), np.int32(px), np.int32(bz), np.int32(by), np.int32(bx)))
+    return out

@@ -1,0 +1,115 @@
+// Convolutional RBM trained in the frequency domain (Brosch & Tam 2015).
+//
+// Spectra are channels-first and flattened over the frequencies: a filter bank
+// is (n_filters, n_channels, n_freq), visible spectra (n_channels, n_freq),
+// hidden spectra (n_filters, n_freq). V is float2 or double2 (complex), I is the
+// index type (int below 2**31 bytes, else long long), chosen by the launcher.
+// Each thread owns one output element and reads along the contiguous frequency
+// axis, so all loads are coalesced; the filter bank is read once per call.
+
+// ivote_convrbm_hidden_spectrum<V, I>:
+//   hidden[k, f] = sum_c conj(filters[k, c, f]) * visible[c, f]
+// (correlation = product with the conjugate spectrum).
+template <typename V, typename I>
+__global__ void ivote_convrbm_hidden_spectrum(const V* __restrict__ filters, const V* __restrict__ visible,
+                                              V* __restrict__ hidden, int n_filters, int n_channels, I n_freq)
+{
+    I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (I)n_filters * n_freq) return;
+    I k = i / n_freq;
+    I f = i - k * n_freq;
+    const V* w = filters + k * n_channels * n_freq + f;
+    const V* v = visible + f;
+    decltype(w->x) re = 0, im = 0;
+    for (int c = 0; c < n_channels; ++c) {
+        V a = w[(I)c * n_freq];
+        V b = v[(I)c * n_freq];
+        re += a.x * b.x + a.y * b.y;
+        im += a.x * b.y - a.y * b.x;
+    }
+    V out;
+    out.x = re;
+    out.y = im;
+    hidden[i] = out;
+}
+
+// ivote_convrbm_visible_spectrum<V, I>:
+//   visible[c, f] = sum_k filters[k, c, f] * hidden[k, f]
+// (the transposed operation: convolution = product with the spectrum itself).
+template <typename V, typename I>
+__global__ void ivote_convrbm_visible_spectrum(const V* __restrict__ filters, const V* __restrict__ hidden,
+                                               V* __restrict__ visible, int n_filters, int n_channels, I n_freq)
+{
+    I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (I)n_channels * n_freq) return;
+    I c = i / n_freq;
+    I f = i - c * n_freq;
+    decltype(filters->x) re = 0, im = 0;
+    for (int k = 0; k < n_filters; ++k) {
+        V a = filters[((I)k * n_channels + c) * n_freq + f];
+        V b = hidden[(I)k * n_freq + f];
+        re += a.x * b.x - a.y * b.y;
+        im += a.x * b.y + a.y * b.x;
+    }
+    V out;
+    out.x = re;
+    out.y = im;
+    visible[i] = out;
+}
+
+// ivote_convrbm_accumulate_gradient<V, I>:
+//   gradient[k, c, f] += conj(h0[k, f]) * v0[c, f] - conj(h1[k, f]) * v1[c, f]
+// (positive minus negative phase of CD-1, summed over a mini-batch in the
+// frequency domain; cropped to the filter size once per mini-batch).
+template <typename V, typename I>
+__global__ void ivote_convrbm_accumulate_gradient(V* __restrict__ gradient, const V* __restrict__ h0,
+                                                  const V* __restrict__ v0, const V* __restrict__ h1,
+                                                  const V* __restrict__ v1, int n_filters, int n_channels,
+                                                  I n_freq)
+{
+    I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (I)n_filters * n_channels * n_freq) return;
+    I f = i % n_freq;
+    I kc = i / n_freq;
+    I c = kc % n_channels;
+    I k = kc / n_channels;
+    V a0 = h0[k * n_freq + f], b0 = v0[c * n_freq + f];
+    V a1 = h1[k * n_freq + f], b1 = v1[c * n_freq + f];
+    V g = gradient[i];
+    g.x += (a0.x * b0.x + a0.y * b0.y) - (a1.x * b1.x + a1.y * b1.y);
+    g.y += (a0.x * b0.y - a0.y * b0.x) - (a1.x * b1.y - a1.y * b1.x);
+    gradient[i] = g;
+}
+
+// ivote_convrbm_noisy_relu<T, I>:
+//   in place on pre-activations mu (n_filters, pz, py, px) without bias:
+//   mu' = mu + bias[k]; mean = max(0, mu'); sample = max(0, mu' + sqrt(sigm(mu')) * noise)
+//   where (z, y, x) lies in the hidden box [0, bz) x [0, by) x [0, bx), else 0.
+//   `noise` is standard normal; use_noise == 0 writes the mean into `sample`.
+//   2D images use pz = bz = 1.
+template <typename T, typename I>
+__global__ void ivote_convrbm_noisy_relu(const T* __restrict__ mu, const T* __restrict__ bias,
+                                         const T* __restrict__ noise, T* __restrict__ sample, int use_noise,
+                                         int n_filters, int pz, int py, int px, int bz, int by, int bx)
+{
+    I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    I plane = (I)py * px;
+    I volume = (I)pz * plane;
+    if (i >= (I)n_filters * volume) return;
+    I k = i / volume;
+    I r = i - k * volume;
+    int z = (int)(r / plane);
+    r -= (I)z * plane;
+    int y = (int)(r / px);
+    int x = (int)(r - (I)y * px);
+    T out = 0;
+    if (z < bz && y < by && x < bx) {
+        T m = mu[i] + bias[k];
+        if (use_noise) {
+            T sigm = (T)1 / ((T)1 + exp(-m));
+            m += sqrt(sigm) * noise[i];
+        }
+        out = m > (T)0 ? m : (T)0;
+    }
+    sample[i] = out;
+}
