@@ -1,0 +1,368 @@
+"""Many interacting level sets, one per seed, each in its own box (the driver).
+
+The evolution is shared by both backends: set-up, reinitialisation, shape-prior
+fits, the convergence check and the final labels are written once with ``xp``;
+only the inner iterations differ (:mod:`._reference` on NumPy, one fused CUDA
+launch per iteration in :mod:`._cuda`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import BackendError, cupy_available, default_xp, get_array_module, ndimage_module, to_device
+from .._validate import as_float_image, check_image, check_positive, check_spacing
+from ._shape_prior import ShapePrior, fit_poses, moment_features, train_shape_prior
+
+__all__ = ["segment_nuclei", "DEFAULT_WEIGHTS"]
+
+DEFAULT_WEIGHTS = {"lambda1": 1.0, "lambda2": 2.0, "mu": 0.2, "beta": 0.3, "omega": 1.0}
+EPS = 1.0  # width of the smooth Heaviside, in units of the finest pixel
+KAPPA_MAX = 1.0  # curvature clip: no front is sharper than one pixel
+
+
+@dataclass
+class Batch:
+    """Every object's box, stacked: arrays of shape (N, *box_shape) unless noted."""
+
+    image_box: object  # normalised intensities in each box (0 outside the image)
+    valid: object  # bool: the cell lies inside the image
+    frozen: object  # bool: box border or outside the image, never updated
+    global_index: object  # flat index of each cell in the image (clamped)
+    origins: object  # (N, ndim) int: image coordinates of each box's first cell
+    sum_image: object  # (N,) float32: sum of I over valid cells
+    n_valid: object  # (N,) float32
+    image: object  # normalised image (flat), read by the CUDA kernel
+    image_shape: tuple
+    image_size: int
+    box_shape: tuple
+    spacing: tuple  # normalised so the finest axis is 1
+    weights: dict
+    eps: float
+    kappa_max: float
+    dt: float
+    prior: ShapePrior
+
+
+def _choose_xp(image, backend):
+    if backend not in ("auto", "numpy", "cupy"):
+        raise ValueError(f"backend must be 'auto', 'numpy' or 'cupy'; got {backend!r}")
+    if backend == "numpy":
+        return np
+    if backend == "cupy":
+        if not cupy_available():
+            raise BackendError("backend='cupy' was requested but no usable GPU was found; use backend='numpy'")
+        from .._backend import _cupy
+
+        return _cupy()
+    xp = get_array_module(image)
+    return xp if xp is not np else default_xp()
+
+
+def _check_seeds(seeds, shape) -> np.ndarray:
+    """(N, ndim) float64 seeds inside the image, duplicates (same pixel) removed."""
+    from .._backend import to_host
+
+    ndim = len(shape)
+    seeds = np.asarray(to_host(seeds), dtype=np.float64)
+    if seeds.size == 0:
+        return np.zeros((0, ndim))
+    if seeds.ndim == 1 and seeds.size == ndim:
+        seeds = seeds[None]
+    if seeds.ndim != 2 or seeds.shape[1] != ndim:
+        raise ValueError(
+            f"seeds must be an (N, {ndim}) array of pixel coordinates for this {ndim}D image; got shape {seeds.shape}"
+        )
+    if not np.isfinite(seeds).all():
+        raise ValueError("seeds contain NaN or infinite coordinates")
+    rounded = np.rint(seeds).astype(np.int64)
+    outside = np.any((rounded < 0) | (rounded >= np.asarray(shape)), axis=1)
+    if outside.any():
+        bad = seeds[np.flatnonzero(outside)[0]]
+        raise ValueError(
+            f"seeds must lie inside the image (0 <= coordinate < {shape} per axis); "
+            f"{int(outside.sum())} do not, e.g. {bad.tolist()}"
+        )
+    _, first = np.unique(rounded, axis=0, return_index=True)
+    return seeds[np.sort(first)]
+
+
+def _normalise(image, polarity, xp):
+    lo, hi = (float(v) for v in xp.percentile(image, [1.0, 99.5]))
+    if not hi > lo:
+        normalised = xp.zeros(image.shape, dtype=xp.float32)
+    else:
+        normalised = xp.clip((image - lo) / (hi - lo), 0.0, 1.0).astype(xp.float32)
+    if polarity == "dark":
+        normalised = np.float32(1.0) - normalised
+    return normalised
+
+
+def _time_step(weights, spacing) -> float:
+    """Largest stable explicit step: fronts move at most half a pixel per iteration
+    (CFL on the bounded forces) and the curvature term stays below the diffusion limit."""
+    delta_max = 1.0 / (math.pi * EPS)
+    force_max = (abs(weights["mu"]) * KAPPA_MAX + max(abs(weights["lambda1"]), abs(weights["lambda2"]))
+                 + abs(weights["beta"]) + abs(weights["omega"]))
+    dt_cfl = 0.5 / (delta_max * max(force_max, 1e-6))
+    inv_h2 = sum(1.0 / h**2 for h in spacing)
+    dt_curv = 0.9 * 0.5 / inv_h2 / (max(abs(weights["mu"]), 1e-6) * delta_max)
+    return min(dt_cfl, dt_curv)
+
+
+def _build_batch(image, seeds, radius_px_phys, spacing_n, weights, box_factor, xp):
+    ndim = image.ndim
+    n = len(seeds)
+    half = [int(math.ceil(box_factor * radius_px_phys / h)) + 1 for h in spacing_n]
+    box_shape = tuple(2 * h + 1 for h in half)
+    origins_h = np.rint(seeds).astype(np.int64) - np.asarray(half)
+    origins = xp.asarray(origins_h)
+    shape = np.asarray(image.shape)
+    coords = []
+    valid = xp.ones((n,) + box_shape, dtype=bool)
+    for axis in range(ndim):
+        s = [1] * (ndim + 1)
+        s[axis + 1] = box_shape[axis]
+        c = origins[:, axis].reshape((n,) + (1,) * ndim) + xp.arange(box_shape[axis]).reshape(s)
+        valid &= (c >= 0) & (c < int(shape[axis]))
+        coords.append(xp.clip(c, 0, int(shape[axis]) - 1))
+    global_index = xp.zeros((n,) + box_shape, dtype=xp.int64)
+    for axis in range(ndim):
+        global_index = global_index * int(shape[axis]) + coords[axis]
+    flat = image.ravel()
+    image_box = xp.where(valid, flat[global_index], np.float32(0)).astype(xp.float32)
+    border = xp.zeros(box_shape, dtype=bool)
+    for axis in range(ndim):
+        index = [slice(None)] * ndim
+        index[axis] = [0, box_shape[axis] - 1]
+        border[tuple(index)] = True
+    frozen = ~valid | border[None]
+    sum_image = image_box.reshape(n, -1).sum(axis=1).astype(xp.float32)
+    n_valid = valid.reshape(n, -1).sum(axis=1).astype(xp.float32)
+    return Batch(
+        image_box=image_box, valid=valid, frozen=frozen, global_index=global_index, origins=origins,
+        sum_image=sum_image, n_valid=n_valid, image=flat, image_shape=tuple(image.shape), image_size=int(image.size),
+        box_shape=box_shape, spacing=tuple(spacing_n), weights=dict(weights), eps=EPS, kappa_max=KAPPA_MAX,
+        dt=_time_step(weights, spacing_n), prior=train_shape_prior(ndim),
+    )
+
+
+def _initial_level_sets(seeds, batch, init_radius, xp):
+    """Signed distance (positive inside) to a sphere of ``init_radius`` around each seed."""
+    n = len(seeds)
+    ndim = len(batch.box_shape)
+    local = xp.asarray(seeds - (batch.origins.get() if hasattr(batch.origins, "get") else batch.origins))
+    d2 = xp.zeros((n,) + batch.box_shape, dtype=xp.float32)
+    for axis in range(ndim):
+        s = [1] * (ndim + 1)
+        s[axis + 1] = batch.box_shape[axis]
+        offset = (xp.arange(batch.box_shape[axis]).reshape(s) - local[:, axis].reshape((n,) + (1,) * ndim))
+        d2 = d2 + (offset * batch.spacing[axis]) ** 2
+    return (np.float32(init_radius) - xp.sqrt(d2)).astype(xp.float32)
+
+
+def _reinitialise(phi, batch, clip, xp):
+    """Exact signed distance to the current fronts (EDT of the inside and of the outside).
+
+    The boxes are laid end to end along their first axis with ``gap`` cells of
+    background between them, so one 2D/3D distance transform serves all objects;
+    distances through a gap exceed ``clip`` and are clipped away.
+    """
+    ndimage = ndimage_module(xp)
+    n = phi.shape[0]
+    inside = (phi > 0) & batch.valid
+    if not bool(inside.any()):
+        return xp.full(phi.shape, -np.float32(clip), dtype=xp.float32)
+    gap = int(math.ceil(clip / batch.spacing[0])) + 1
+    b0 = batch.box_shape[0]
+    pad = [(0, 0), (0, gap)] + [(0, 0)] * (phi.ndim - 2)
+    mosaic = xp.pad(inside, pad).reshape((n * (b0 + gap),) + batch.box_shape[1:])
+    d_in = ndimage.distance_transform_edt(mosaic, sampling=batch.spacing)
+    d_out = ndimage.distance_transform_edt(~mosaic, sampling=batch.spacing)
+    unmosaic = lambda d: d.reshape((n, b0 + gap) + batch.box_shape[1:])[:, :b0].astype(xp.float32)  # noqa: E731
+    d_in, d_out = unmosaic(d_in), unmosaic(d_out)
+    half = np.float32(0.5)
+    return xp.where(inside, d_in - half, -(xp.minimum(d_out, np.float32(clip)) - half)).astype(xp.float32)
+
+
+def _labels(phi, batch, xp):
+    """Each pixel to the object with the largest positive level set (ties: higher label)."""
+    labels = xp.zeros(batch.image_size, dtype=xp.int32)
+    inside = (phi > 0) & batch.valid
+    if not bool(inside.any()):
+        return labels.reshape(batch.image_shape)
+    n = phi.shape[0]
+    object_label = xp.broadcast_to(
+        xp.arange(1, n + 1, dtype=xp.int32).reshape((n,) + (1,) * (phi.ndim - 1)), phi.shape
+    )
+    index, value, label = batch.global_index[inside], phi[inside], object_label[inside]
+    order = xp.lexsort(xp.stack([label.astype(xp.float64), value.astype(xp.float64), index.astype(xp.float64)]))
+    index, label = index[order], label[order]
+    last = xp.ones(index.shape, dtype=bool)
+    last[:-1] = index[1:] != index[:-1]
+    labels[index[last]] = label[last]
+    return labels.reshape(batch.image_shape)
+
+
+def segment_nuclei(
+    image,
+    seeds,
+    *,
+    radius: float,
+    spacing=None,
+    iterations: int = 300,
+    polarity: str = "bright",
+    lambda1: float = DEFAULT_WEIGHTS["lambda1"],
+    lambda2: float = DEFAULT_WEIGHTS["lambda2"],
+    mu: float = DEFAULT_WEIGHTS["mu"],
+    shape_weight: float = DEFAULT_WEIGHTS["beta"],
+    overlap_weight: float = DEFAULT_WEIGHTS["omega"],
+    init_radius: float = 0.5,
+    box_factor: float = 1.5,
+    reinit_every: int = 25,
+    tol: float = 1e-3,
+    iter_callback=None,
+    backend: str = "auto",
+    use_graph: bool = True,
+):
+    """Segment nuclei by many interacting level sets, one per seed.
+
+    Each seed starts a level set (a sphere of ``init_radius * radius``) in its
+    own box of half-width about ``box_factor * radius``, so memory grows with
+    the number of nuclei, not with nuclei times image size. All level sets
+    evolve together under a Chan-Vese region term, an elliptical shape prior,
+    a penalty on overlaps with the other objects and curvature regularisation
+    (Ali & Madabhushi 2011, 2012). Derivatives respect ``spacing`` (3D
+    anisotropic volumes included).
+
+    Parameters
+    ----------
+    image : (Y, X) or (Z, Y, X) array
+        Grey-level image (NumPy or CuPy).
+    seeds : (N, ndim) array_like
+        Seed points in pixel coordinates, e.g. from ``ivote.detect``; seeds in
+        the same pixel count once.
+    radius : float
+        Largest expected nucleus radius in the units of ``spacing``.
+    spacing : sequence of float, optional
+        Pixel size along each axis (default 1).
+    iterations : int
+        Most iterations; fewer when the fronts stop moving (``tol``).
+    polarity : {'bright', 'dark'}
+        Nuclei brighter or darker than the background.
+    lambda1, lambda2 : float
+        Chan-Vese weights of the inside and outside fits.
+    mu : float
+        Curvature (smoothness) weight.
+    shape_weight : float
+        Weight of the elliptical shape prior.
+    overlap_weight : float
+        Weight of the overlap penalty between objects.
+    init_radius : float
+        Initial sphere radius as a fraction of ``radius``.
+    box_factor : float
+        Box half-width as a multiple of ``radius``.
+    reinit_every : int
+        Iterations between reinitialisations to a signed distance (also the
+        interval of shape-prior fits, convergence checks and callbacks).
+    tol : float
+        Stop when fewer than ``tol`` times the inside cells changed sign over
+        the last ``reinit_every`` iterations; 0 runs all iterations.
+    iter_callback : callable, optional
+        ``iter_callback(iteration, changed_fraction)`` after every block of
+        ``reinit_every`` iterations; raising from it cancels.
+    backend : {'auto', 'numpy', 'cupy'}
+        Array backend; 'auto' follows the image (or the GPU when present).
+    use_graph : bool
+        On the GPU, replay each block of iterations as one CUDA graph.
+
+    Returns
+    -------
+    labels : int32 array of the image's shape (NumPy or CuPy, as the backend)
+        Label k + 1 for the k-th (deduplicated) seed, 0 for background; a
+        pixel goes to the object whose level set is largest and positive there.
+
+    References
+    ----------
+    .. [1] S. Ali, A. Madabhushi, "Graphical processing unit implementation of an
+       integrated shape-based active contour: application to digital pathology",
+       J. Pathol. Inform. 2:13 (2011). :DOI:`10.4103/2153-3539.92028`
+    .. [2] S. Ali, A. Madabhushi, "An integrated region-, boundary-, shape-based
+       active contour for multiple object overlap resolution in histological
+       imagery", IEEE Trans. Med. Imaging 31(7):1448-1460 (2012).
+       :DOI:`10.1109/TMI.2012.2190089`
+
+    Examples
+    --------
+    >>> from ivote.data import synthetic_nuclei
+    >>> from ivote.segment import segment_nuclei
+    >>> image, truth, centers, *_ = synthetic_nuclei((96, 96), radius=8, seed=3)
+    >>> labels = segment_nuclei(image, centers, radius=8, iterations=100, backend="numpy")
+    >>> labels.shape == image.shape, int(labels.max()) <= len(centers)
+    (True, True)
+    """
+    image = check_image(image)
+    ndim = image.ndim
+    spacing = check_spacing(spacing, ndim)
+    radius = check_positive(radius, "radius")
+    if polarity not in ("bright", "dark"):
+        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
+    iterations = int(iterations)
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0; got {iterations}")
+    reinit_every = int(check_positive(reinit_every, "reinit_every"))
+    box_factor = check_positive(box_factor, "box_factor")
+    init_radius = check_positive(init_radius, "init_radius", upper=box_factor)
+    tol = check_positive(tol, "tol", allow_zero=True)
+    weights = {"lambda1": lambda1, "lambda2": lambda2, "mu": mu, "beta": shape_weight, "omega": overlap_weight}
+    for name, value in zip(("lambda1", "lambda2", "mu", "shape_weight", "overlap_weight"), weights.values()):
+        check_positive(value, name, allow_zero=True)
+    seeds = _check_seeds(seeds, image.shape)
+    xp = _choose_xp(image, backend)
+    if len(seeds) == 0:
+        return xp.zeros(image.shape, dtype=xp.int32)
+
+    image = to_device(as_float_image(image), xp)
+    h_min = min(spacing)
+    spacing_n = tuple(s / h_min for s in spacing)
+    radius_n = radius / h_min  # radius in units of the finest pixel
+    normalised = _normalise(image, polarity, xp)
+    batch = _build_batch(normalised, seeds, radius_n, spacing_n, weights, box_factor, xp)
+    phi = _initial_level_sets(seeds, batch, init_radius * radius_n, xp)
+    features = moment_features(batch.box_shape, batch.spacing, xp)
+    clip = max(3.0, 0.5 * radius_n)
+
+    if xp is np:
+        from ._reference import step
+
+        def advance(phi, pose, count):
+            for _ in range(count):
+                phi = step(phi, batch, pose)
+            return phi
+    else:
+        from ._cuda import CudaStepper
+
+        stepper = CudaStepper(batch, block_length=reinit_every, use_graph=use_graph)
+        advance = stepper.run
+
+    done = 0
+    previous = (phi > 0) & batch.valid
+    while done < iterations:
+        count = min(reinit_every, iterations - done)
+        if done > 0:
+            phi = _reinitialise(phi, batch, clip, xp)
+        pose = fit_poses((phi > 0) & batch.valid, features, batch.spacing, batch.prior, xp)
+        phi = advance(phi, pose, count)
+        done += count
+        inside = (phi > 0) & batch.valid
+        changed = int((inside != previous).sum())
+        fraction = changed / max(int(inside.sum()), 1)
+        previous = inside
+        if iter_callback is not None:
+            iter_callback(done, fraction)
+        if fraction < tol:
+            break
+    return _labels(phi, batch, xp)
