@@ -191,7 +191,7 @@ def test_fft_size_is_5_smooth_and_minimal():
 def test_reconstruction_error_falls_on_synthetic_nuclei():
     image = synthetic_nuclei((64, 64), radius=6, seed=5).image
     model = ConvRBM(8, 7, stride=1, xp=np, seed=0)
-    model.fit(image, epochs=20, batch_size=4, learning_rate=1e-2, patch_shape=(32, 32))
+    model.fit(image, epochs=20, batch_size=4, learning_rate=1e-2, momentum=0.5, patch_shape=(32, 32))
     errors = model.reconstruction_errors_
     assert len(errors) == 20
     assert np.mean(errors[-3:]) < 0.5 * errors[0]

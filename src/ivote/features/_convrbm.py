@@ -301,7 +301,7 @@ class ConvRBM:
 
     # ---------------------------------------------------------------- public
 
-    def fit(self, images, *, epochs=10, batch_size=4, learning_rate=1e-3, momentum=0.9, weight_decay=1e-4,
+    def fit(self, images, *, epochs=10, batch_size=8, learning_rate=3e-3, momentum=0.5, weight_decay=1e-4,
             patch_shape=None, progress=None):
         """Train by CD-1 with momentum and weight decay.
 
@@ -373,6 +373,11 @@ class ConvRBM:
                 self.hidden_bias_ = (self.hidden_bias_ + velocity_c).astype(self.dtype, copy=False)
                 self.visible_bias_ = float(self.visible_bias_ + velocity_b)
             error = total_error / max(total_units, 1)
+            if not math.isfinite(error):
+                raise FloatingPointError(
+                    f"training diverged in epoch {epoch + 1} (reconstruction error {error}); "
+                    f"lower learning_rate (now {learning_rate:g}) or momentum (now {momentum:g})"
+                )
             self.reconstruction_errors_.append(error)
             if progress is not None:
                 progress(epoch + 1, epochs, error)
@@ -384,9 +389,12 @@ class ConvRBM:
         samples = []
         for image in standardised:
             shape = tuple(min(p, n) for p, n in zip(patch_shape, image.shape))
-            offsets = [int(rng.integers(0, n - p + 1)) if n > p else 0 for p, n in zip(shape, image.shape)]
-            starts = [range(o % p, n - p + 1, p) if n - p >= 0 else [0] for o, p, n in zip(offsets, shape, image.shape)]
-            starts = [list(s) or [0] for s in starts]
+            starts = []
+            for p, n in zip(shape, image.shape):
+                # a grid of tiles covering the axis, shifted by a random offset (clipped at the ends)
+                offset = int(rng.integers(0, p)) if n > p else 0
+                count = -(-n // p) + (offset > 0)
+                starts.append(sorted({min(max(i * p - offset, 0), n - p) for i in range(count)}))
             for corner in np.stack(np.meshgrid(*starts, indexing="ij"), -1).reshape(-1, len(shape)):
                 samples.append(image[tuple(slice(c, c + p) for c, p in zip(corner, shape))])
         return samples
@@ -499,11 +507,23 @@ class ConvRBM:
     # ------------------------------------------------------------ save/load
 
     def save(self, path):
-        """Write the parameters to ``path`` (``.npz``, no pickled objects)."""
+        """Write the parameters to ``path`` (``.npz`` format, no pickled objects).
+
+        ``path`` is written as given (no ``.npz`` is appended); an open binary
+        file works too.
+        """
         if self.filters_ is None:
             raise RuntimeError("the model is not fitted yet: nothing to save")
+        if hasattr(path, "write"):
+            self._savez(path)
+            return path
+        with open(path, "wb") as handle:
+            self._savez(handle)
+        return Path(path)
+
+    def _savez(self, handle):
         np.savez(
-            path,
+            handle,
             format=np.array(_FORMAT),
             filters=to_host(self.filters_),
             hidden_bias=to_host(self.hidden_bias_),
@@ -513,7 +533,6 @@ class ConvRBM:
             init_scale=np.array(self.init_scale),
             reconstruction_errors=np.asarray(self.reconstruction_errors_, dtype=np.float64),
         )
-        return Path(path)
 
     @classmethod
     def load(cls, path, *, xp=None):

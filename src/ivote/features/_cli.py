@@ -1,0 +1,156 @@
+"""``ivote features fit`` and ``ivote features apply``: learn a ConvRBM, write its feature maps."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["demo", "register"]
+
+
+def _parse_size(text: str) -> int | tuple[int, ...]:
+    parts = [p for p in str(text).replace("x", ",").split(",") if p.strip()]
+    try:
+        sizes = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--size must be an integer or Z,Y,X integers; got {text!r}") from None
+    if not sizes or any(s < 1 for s in sizes) or len(sizes) not in (1, 2, 3):
+        raise ValueError(f"--size must be an integer >= 1 or 2-3 comma-separated integers; got {text!r}")
+    return sizes[0] if len(sizes) == 1 else sizes
+
+
+def _grayscale(image):
+    """2D RGB(A) becomes luminance; everything else is returned as is."""
+    if image.ndim == 3 and image.shape[-1] in (3, 4) and image.shape[0] > 4:
+        from skimage.color import rgb2gray
+
+        return rgb2gray(image[..., :3]).astype(np.float32)
+    return image
+
+
+def _read(path):
+    from ..io import read_image
+
+    image, spacing = read_image(path)
+    return _grayscale(np.asarray(image)), spacing
+
+
+def _write_tiff(path, array, spacing, ndim):
+    import tifffile
+
+    from ..io import write_atomic
+
+    spatial_axes = "ZYX"[-ndim:]
+    axes = ("C" if array.ndim > len(spatial_axes) else "") + spatial_axes
+    metadata = {"axes": axes}
+    if spacing is not None:
+        metadata["spacing"] = list(spacing)
+
+    def write(tmp: Path) -> None:
+        tifffile.imwrite(tmp, np.ascontiguousarray(array, dtype=np.float32), photometric="minisblack",
+                         metadata=metadata)
+
+    path = Path(path)
+    if path.suffix.lower() not in (".tif", ".tiff"):
+        raise ValueError(f"--out must end in .tif or .tiff; got {path.name!r}")
+    return write_atomic(path, write)
+
+
+def _cmd_fit(args) -> int:
+    from .._backend import backend_name, default_xp
+    from ._convrbm import ConvRBM
+
+    images = [_read(p)[0] for p in args.inputs]
+    ndims = {image.ndim for image in images}
+    if len(ndims) != 1:
+        raise ValueError(f"all INPUT images must have the same number of axes; got {sorted(ndims)}")
+    out = Path(args.out)
+    if out.suffix.lower() != ".npz":
+        raise ValueError(f"--out must end in .npz; got {out.name!r}")
+    patch = _parse_size(args.patch) if args.patch else None
+    ndim = ndims.pop()
+    if isinstance(patch, int):
+        patch = (patch,) * ndim
+    model = ConvRBM(args.filters, _parse_size(args.size), stride=args.stride, seed=args.seed)
+    start = time.perf_counter()
+
+    def progress(epoch, n_epochs, error):
+        if not args.quiet:
+            print(f"epoch {epoch}/{n_epochs}: reconstruction error {error:.4f}", flush=True)
+
+    model.fit(images, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+              momentum=args.momentum, weight_decay=args.weight_decay, patch_shape=patch, progress=progress)
+    from ..io import write_atomic
+
+    write_atomic(out, model.save)
+    print(f"{model.n_filters} filters {'x'.join(map(str, model.filter_shape))}, stride {model.stride}, "
+          f"{len(images)} image(s), {time.perf_counter() - start:.1f} s on {backend_name(default_xp())} -> {out}")
+    return 0
+
+
+def _cmd_apply(args) -> int:
+    from .._backend import to_host
+    from ._convrbm import ConvRBM
+
+    image, spacing = _read(args.input)
+    model = ConvRBM.load(args.model)
+    if image.ndim != model.ndim:
+        raise ValueError(f"INPUT is {image.ndim}D but the model's filters are {model.ndim}D")
+    if args.detection_input:
+        result = to_host(model.detection_input(image))
+    else:
+        result = to_host(model.transform(image))
+    _write_tiff(args.out, result, spacing if spacing is None or len(spacing) == image.ndim else None, image.ndim)
+    print(f"{'detection input' if args.detection_input else f'{model.n_filters} feature maps'} "
+          f"{'x'.join(map(str, result.shape))} -> {args.out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    features = subparsers.add_parser("features", help="learn convolutional RBM features; write feature maps")
+    sub = features.add_subparsers(dest="features_command", required=True, metavar="ACTION")
+
+    fit = sub.add_parser("fit", help="train a convolutional RBM on one or more images")
+    fit.add_argument("inputs", nargs="+", metavar="INPUT", help="2D or 3D images (TIFF/PNG; RGB becomes gray)")
+    fit.add_argument("--filters", type=int, required=True, help="number of filters (hidden maps)")
+    fit.add_argument("--size", required=True, help="filter size in pixels: S, or Z,Y,X")
+    fit.add_argument("--stride", type=int, default=1, choices=(1, 2, 4), help="hidden-unit stride (default 1)")
+    fit.add_argument("--epochs", type=int, default=10, help="passes over the data (default 10)")
+    fit.add_argument("--batch-size", type=int, default=8, help="images or patches per mini-batch (default 8)")
+    fit.add_argument("--learning-rate", type=float, default=3e-3, help="default 3e-3")
+    fit.add_argument("--momentum", type=float, default=0.5, help="default 0.5")
+    fit.add_argument("--weight-decay", type=float, default=1e-4, help="default 1e-4")
+    fit.add_argument("--patch", default=None, help="train on tiles of this size (S or Z,Y,X) instead of whole images")
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--quiet", action="store_true", help="do not print the error of each epoch")
+    fit.add_argument("--out", required=True, help="model file (.npz)")
+    fit.set_defaults(func=_cmd_fit)
+
+    apply = sub.add_parser("apply", help="write the hidden feature maps of an image as a float32 TIFF")
+    apply.add_argument("input", metavar="INPUT")
+    apply.add_argument("--model", required=True, help="model file written by 'ivote features fit'")
+    apply.add_argument("--out", required=True, help="output TIFF: (n_filters, *image shape) float32")
+    apply.add_argument("--detection-input", action="store_true",
+                       help="write the single-channel map used by 'ivote detect --features' instead")
+    apply.set_defaults(func=_cmd_apply)
+
+
+def demo(sample_2d, sample_3d, out_dir) -> list[str]:
+    """Learn 8 filters of 7x7 on the 2D sample; write the model and its detection input."""
+    from .._backend import to_host
+    from ._convrbm import ConvRBM
+
+    start = time.perf_counter()
+    model = ConvRBM(8, 7, stride=1, seed=0)
+    model.fit(sample_2d.image, epochs=5, patch_shape=(64, 64))
+    out_dir = Path(out_dir)
+    model.save(out_dir / "features_2d.npz")
+    _write_tiff(out_dir / "features_2d_detection_input.tif", to_host(model.detection_input(sample_2d.image)),
+                sample_2d.spacing, 2)
+    errors = model.reconstruction_errors_
+    return [
+        f"features: ConvRBM 8 filters 7x7 on sample_2d, reconstruction error {errors[0]:.3f} -> {errors[-1]:.3f} "
+        f"in {time.perf_counter() - start:.1f} s -> features_2d.npz, features_2d_detection_input.tif"
+    ]
