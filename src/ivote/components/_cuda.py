@@ -47,8 +47,10 @@ def cupy_label_supports(xp, size: int) -> bool:
 
 def label_gpu(xp, mask, connectivity: int):
     """``cupyx.scipy.ndimage.label`` with the structure of ``connectivity``."""
+    import scipy.ndimage
+
     ndi = ndimage_module(xp)
-    structure = ndi.generate_binary_structure(mask.ndim, connectivity)
+    structure = scipy.ndimage.generate_binary_structure(mask.ndim, connectivity)  # small, host
     labels = xp.empty(mask.shape, dtype=label_dtype(mask.size))
     count = ndi.label(mask, structure=structure, output=labels)
     return labels, int(count)
