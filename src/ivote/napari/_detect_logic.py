@@ -24,7 +24,8 @@ __all__ = [
     "points_layer_state",
     "preview_slab",
     "run_request",
-    "threshold_range",
+    "log_threshold_range",
+    "score_range",
 ]
 
 POINTS_PREFIX = "nuclei: "
@@ -209,13 +210,25 @@ def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
     return DetectResult(detections, request.offset, request.generation, request.preview, time.perf_counter() - start)
 
 
-def threshold_range(result: DetectResult) -> tuple[float, float]:
-    """Range of the score-threshold slider: the scores of all candidate maxima."""
+def score_range(result: DetectResult) -> tuple[float, float]:
+    """Smallest and largest positive score of all candidate maxima ((1, 10) when none)."""
     scores = np.asarray(result.detections.candidate_scores, dtype=np.float64)
+    scores = scores[scores > 0]
     if scores.size == 0:
-        return 0.0, 1.0
+        return 1.0, 10.0
     low, high = float(scores.min()), float(scores.max())
-    return (low, high) if high > low else (low, low + 1.0)
+    return (low, high) if high > low else (low, 10.0 * low)
+
+
+def log_threshold_range(result: DetectResult) -> tuple[float, float]:
+    """Range of the threshold slider, in log10(score).
+
+    Scores of nuclei and of background maxima differ by orders of magnitude (the
+    core's Otsu threshold works on their logarithm too), so a linear slider would
+    crowd every background maximum into its first pixel.
+    """
+    low, high = score_range(result)
+    return math.log10(low), math.log10(high)
 
 
 def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *, image_name: str,
@@ -247,6 +260,5 @@ def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *
         "border_color": "white",
         "border_width": 0.05,
         "opacity": 0.8,
-        "out_of_slice_display": geometry.ndim == 3,
         "metadata": {"ivote_image": image_name, "radius": float(radius), "units": geometry.unit},
     }

@@ -60,7 +60,7 @@ class DetectWidget(QWidget):
         threshold_row = QHBoxLayout()
         threshold_row.addWidget(self.threshold)
         threshold_row.addWidget(self.otsu)
-        form.addRow("score ≥", threshold_row)
+        form.addRow("log₁₀ score ≥", threshold_row)
         form.addRow(self.live)
         buttons = QHBoxLayout()
         for button in (self.run_button, self.cancel_button, self.export_button):
@@ -223,7 +223,7 @@ class DetectWidget(QWidget):
             self._message("cancelled")
             return self.finished_result.emit(None)
         self._result = result
-        low, high = logic.threshold_range(result)
+        low, high = logic.log_threshold_range(result)
         self.threshold.blockSignals(True)
         self.threshold.setRange(low, high)
         self.threshold.blockSignals(False)
@@ -240,14 +240,16 @@ class DetectWidget(QWidget):
     def _apply_threshold(self, *_):
         if self._result is None:
             return
-        points, scores, applied = self._result.points("otsu" if self.otsu.isChecked() else self.threshold.value())
-        if self.otsu.isChecked() and np.isfinite(applied):
+        value = self.threshold.value()
+        manual = None if value <= self.threshold.minimum() else 10**value  # fully left keeps every maximum
+        points, scores, applied = self._result.points("otsu" if self.otsu.isChecked() else manual)
+        if self.otsu.isChecked() and applied > 0 and np.isfinite(applied):
             self.threshold.blockSignals(True)
-            self.threshold.setValue(applied)
+            self.threshold.setValue(np.log10(applied))
             self.threshold.blockSignals(False)
         image = self.image_layer()
         state = logic.points_layer_state(self._geometry, self.radius.value(), points, scores, image_name=image.name,
-                                         score_range=logic.threshold_range(self._result))
+                                         score_range=logic.score_range(self._result))
         layer = self.points_layer()
         if layer is None:
             self.viewer.add_points(**state)

@@ -1,0 +1,78 @@
+"""Points CSV reader and writer contributions (no viewer needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ivote.napari._io import get_reader, write_points
+
+
+@pytest.fixture
+def points_3d():
+    rng = np.random.default_rng(0)
+    points = rng.uniform(0, 50, size=(25, 3)) / 3.0  # floats whose decimals do not end
+    scores = rng.lognormal(size=25)
+    attributes = {"scale": (2.0, 0.325, 0.325), "translate": (-4.0, 10.1, 0.7),
+                  "features": {"score": scores}, "units": ("micrometer",) * 3, "ndim": 3}
+    return points, scores, attributes
+
+
+def test_round_trip_restores_points_scores_scale_translate_exactly(points_3d, tmp_path):
+    points, scores, attributes = points_3d
+    [path] = write_points(str(tmp_path / "nuclei.csv"), points, attributes)
+    text = open(path).read()
+    assert "# scale: 2.0,0.325,0.325" in text and "# units: um" in text
+    assert "z,y,x,score,z_um,y_um,x_um" in text
+    reader = get_reader(path)
+    assert reader is not None
+    [(data, read_attributes, kind)] = reader(path)
+    assert kind == "points"
+    np.testing.assert_array_equal(data, points)
+    np.testing.assert_array_equal(read_attributes["features"]["score"], scores)
+    assert read_attributes["scale"] == attributes["scale"]
+    assert read_attributes["translate"] == attributes["translate"]
+    assert read_attributes["units"] == ("um",) * 3
+
+
+def test_world_columns_are_points_times_scale_plus_translate(points_3d, tmp_path):
+    points, _, attributes = points_3d
+    [path] = write_points(str(tmp_path / "nuclei"), points, attributes)
+    assert path.endswith("nuclei.csv")
+    table = np.loadtxt(path, delimiter=",", comments="#", skiprows=4)
+    expected = points * np.asarray(attributes["scale"]) + np.asarray(attributes["translate"])
+    np.testing.assert_allclose(table[:, 4:], expected, rtol=1e-15)
+
+
+def test_2d_without_scores_or_scale(tmp_path):
+    points = np.array([[1.5, 2.25], [3.0, 4.0]])
+    [path] = write_points(str(tmp_path / "p.csv"), points, {"ndim": 2, "features": {}})
+    [(data, attributes, _)] = get_reader(path)(path)
+    np.testing.assert_array_equal(data, points)
+    assert "features" not in attributes and "scale" not in attributes
+
+
+def test_empty_layer_round_trips(tmp_path):
+    [path] = write_points(str(tmp_path / "empty.csv"), np.zeros((0, 3)), {"ndim": 3, "scale": (1, 1, 1),
+                                                                       "features": {"score": np.zeros(0)}})
+    [(data, _, _)] = get_reader(path)(path)
+    assert data.shape == (0, 3)
+
+
+def test_reader_claims_only_point_tables(tmp_path):
+    other = tmp_path / "measurements.csv"
+    other.write_text("label,area\n1,20\n")
+    assert get_reader(str(other)) is None
+    assert get_reader(str(tmp_path / "missing.csv")) is None
+    image = tmp_path / "cells.tif"
+    image.write_bytes(b"II*\x00")
+    assert get_reader(str(image)) is None
+    centres = tmp_path / "centres.csv"
+    centres.write_text("y,x\n1.0,2.0\n")  # the demo's and the evaluation data's truth files
+    assert get_reader(str(centres)) is not None
+    assert get_reader([str(centres), str(centres)]) is None
+
+
+def test_writer_rejects_4d_points(tmp_path):
+    with pytest.raises(ValueError, match="2D or 3D"):
+        write_points(str(tmp_path / "p.csv"), np.zeros((2, 4)), {"ndim": 4})
