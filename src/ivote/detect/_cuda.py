@@ -1,0 +1,93 @@
+"""CUDA launch code of the voting passes (kernels in ``ivote/kernels/ivote.cu``).
+
+Mirrors ``_reference.py`` step by step; the kernels do the loops that NumPy
+vectorises over offsets. Voters are compacted once (one host synchronisation,
+before the passes); the pass loop then only queues kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._backend import get_array_module, load_module
+from ._plan import VotingPlan
+
+__all__ = ["run_passes"]
+
+_BLOCK = 256
+_OPTIONS = ("--fmad=false",)  # round like NumPy: see the header of ivote.cu
+
+
+def _module(ndim: int, index: str):
+    names = tuple(
+        f"{kernel}<{ndim}, {index}>"
+        for kernel in ("ivote_gradient_magnitude", "ivote_initial_directions", "ivote_vote", "ivote_turn")
+    )
+    module = load_module("ivote", name_expressions=names, options=_OPTIONS)
+    return {name.split("<")[0]: module.get_function(name) for name in names}
+
+
+def _dims(shape):
+    return (1,) * (3 - len(shape)) + tuple(int(n) for n in shape)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (max(1, math.ceil(n / _BLOCK)),)
+
+
+def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
+    """The vote field V (uint32 CuPy array, image shape) after the last pass."""
+    xp = get_array_module(smoothed)
+    ndim = plan.ndim
+    index = "int" if smoothed.size < 2**31 else "long long"
+    index_dtype = np.int32 if index == "int" else np.int64
+    kernels = _module(ndim, index)
+    Z, Y, X = _dims(smoothed.shape)
+    spacing64 = (1.0,) * (3 - ndim) + plan.spacing
+    spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
+    window = tuple(np.int32(w) for w in (0,) * (3 - ndim) + plan.window)
+    size = smoothed.size
+    smoothed = xp.ascontiguousarray(smoothed, dtype=np.float64)
+
+    # weights: the gradient magnitude quantised exactly as in _reference.prepare_voters
+    magnitude = xp.empty_like(smoothed)
+    size_arg = np.int32(size) if index == "int" else np.int64(size)
+    kernels["ivote_gradient_magnitude"](
+        (min(_grid(size)[0], 65535 * 4),), (_BLOCK,),
+        (smoothed, magnitude, size_arg, np.int32(Z), np.int32(Y), np.int32(X), *map(np.float64, spacing64)),
+    )
+    largest = float(magnitude.max())  # host sync (before the passes)
+    votes = xp.zeros(smoothed.shape, dtype=np.uint32)
+    if largest == 0:
+        return votes
+    xp.multiply(magnitude, plan.weight_scale / largest, out=magnitude)
+    magnitude += 0.5
+    xp.floor(magnitude, out=magnitude)
+    voters = xp.flatnonzero(magnitude >= plan.min_weight).astype(index_dtype)  # host sync
+    weights = magnitude.ravel()[voters].astype(np.uint32)
+    del magnitude
+    n_voters = int(voters.size)
+    directions = xp.empty((n_voters, ndim), dtype=np.int16)
+    if n_voters:
+        kernels["ivote_initial_directions"](
+            _grid(n_voters), (_BLOCK,),
+            (smoothed, voters, np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X),
+             *map(np.float64, spacing64), np.float64(sign), directions),
+        )
+    del smoothed
+
+    for pass_index, (phi, cos_half) in enumerate(zip(plan.cone_angles, plan.cos_half32)):
+        geometry = (
+            np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X), *spacing32, *window,
+            np.float32(plan.radius), plan.radius_sq32, np.float32(cos_half), np.float32(phi / 2),
+        )
+        votes.fill(0)
+        if n_voters:
+            kernels["ivote_vote"](_grid(n_voters), (_BLOCK,), (voters, weights, directions, *geometry, votes))
+            if pass_index < plan.n_passes - 1:
+                kernels["ivote_turn"](_grid(n_voters), (_BLOCK,), (voters, directions, *geometry, votes))
+        if iter_callback is not None:
+            iter_callback(pass_index, plan.n_passes)
+    return votes

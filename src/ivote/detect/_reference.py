@@ -1,0 +1,127 @@
+"""NumPy reference of the voting passes: readable, vectorised over voters.
+
+Each loop runs over the K pixel offsets of the voting disc/ball and does
+whole-array operations over all voters at once. The arithmetic that decides
+cone membership is the float32 arithmetic of ``kernels/ivote.cu`` (see
+``_plan.py``), so this module is the oracle the GPU path is tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._plan import DIRECTION_SCALE, VotingPlan, _sum_in_order
+
+__all__ = ["gradient", "prepare_voters", "run_passes"]
+
+_OFFSETS_PER_BINCOUNT = 64
+
+
+def gradient(smoothed: np.ndarray, spacing) -> list[np.ndarray]:
+    """``np.gradient(smoothed, *spacing)``, with 0 along axes of length 1."""
+    return [
+        np.gradient(smoothed, s, axis=axis) if smoothed.shape[axis] > 1 else np.zeros_like(smoothed)
+        for axis, s in enumerate(spacing)
+    ]
+
+
+def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float):
+    """Voters (flat index), integer weights and int16 directions.
+
+    Every pixel whose quantised gradient magnitude reaches ``plan.min_weight``
+    votes; its direction is the gradient (``sign=+1``, bright nuclei) or its
+    opposite (``sign=-1``, dark nuclei).
+    """
+    grad = gradient(smoothed, plan.spacing)
+    magnitude = np.sqrt(_sum_in_order([g * g for g in grad]))
+    largest = magnitude.max()
+    if largest == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros((0, plan.ndim), dtype=np.int16)
+    quantised = np.floor(magnitude * (plan.weight_scale / largest) + 0.5)
+    voters = np.flatnonzero(quantised >= plan.min_weight)
+    weights = quantised.ravel()[voters].astype(np.int64)
+    norm = magnitude.ravel()[voters]
+    directions = np.stack(
+        [np.rint(((sign * g.ravel()[voters]) / norm) * DIRECTION_SCALE) for g in grad], axis=1
+    ).astype(np.int16)
+    return voters, weights, directions
+
+
+class _Voters:
+    """Voter positions in a zero-padded frame, so that no offset leaves the array."""
+
+    def __init__(self, voters, shape, plan: VotingPlan):
+        self.shape = shape
+        self.padded_shape = tuple(n + 2 * w for n, w in zip(shape, plan.window))
+        coords = np.unravel_index(voters, shape)
+        padded = tuple(c + w for c, w in zip(coords, plan.window))
+        self.flat = np.ravel_multi_index(padded, self.padded_shape)
+        self.inside = tuple(slice(w, w + n) for n, w in zip(shape, plan.window))
+        strides = np.cumprod((self.padded_shape[1:] + (1,))[::-1])[::-1]
+        self.steps = plan.offsets @ strides  # flat step of each offset
+        self.size = int(np.prod(self.padded_shape))
+
+
+def _in_cone(plan: VotingPlan, k: int, direction, direction_norm, cos_half):
+    """Which voters have offset ``k`` inside their cone (float32, kernel order)."""
+    o = plan.offsets_physical[k]
+    dot = _sum_in_order([o[i] * direction[i] for i in range(plan.ndim)])
+    return dot >= (cos_half * plan.offset_norms[k]) * direction_norm
+
+
+def _vote(frame: _Voters, plan: VotingPlan, weights, direction, direction_norm, cos_half):
+    """V: the sum of the weights of the voters whose cone holds each pixel."""
+    votes = np.zeros(frame.size, dtype=np.int64)
+    targets, amounts = [], []
+    for k in range(len(plan.offsets)):
+        hit = _in_cone(plan, k, direction, direction_norm, cos_half)
+        targets.append(frame.flat[hit] + frame.steps[k])
+        amounts.append(weights[hit])
+        if len(targets) == _OFFSETS_PER_BINCOUNT or k == len(plan.offsets) - 1:
+            # float64 sums of integers below 2**53 are exact
+            votes += np.bincount(
+                np.concatenate(targets), weights=np.concatenate(amounts), minlength=frame.size
+            ).astype(np.int64)
+            targets, amounts = [], []
+    # votes that fell outside the image are dropped, so the padding stays 0
+    inside = np.zeros(frame.padded_shape, dtype=np.int64)
+    inside[frame.inside] = votes.reshape(frame.padded_shape)[frame.inside]
+    return inside.ravel()
+
+
+def _turn(frame: _Voters, plan: VotingPlan, votes, directions, direction, direction_norm, cos_half):
+    """Point each voter at the largest vote inside its cone (first in offset
+    order on ties; unchanged when its cone holds no votes)."""
+    best = np.zeros(len(directions), dtype=np.int64)
+    best_offset = np.full(len(directions), -1)
+    for k in range(len(plan.offsets)):
+        hit = _in_cone(plan, k, direction, direction_norm, cos_half)
+        value = votes[frame.flat + frame.steps[k]]  # padding holds 0: never chosen
+        better = hit & (value > best)
+        best[better] = value[better]
+        best_offset[better] = k
+    moved = best_offset >= 0
+    directions[moved] = plan.offset_directions[best_offset[moved]]
+
+
+def _as_float32_axes(directions):
+    direction = [directions[:, i].astype(np.float32) for i in range(directions.shape[1])]
+    norm = np.sqrt(_sum_in_order([d * d for d in direction]))
+    return direction, norm
+
+
+def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None) -> np.ndarray:
+    """The vote field V (uint32, image shape) after the last pass."""
+    voters, weights, directions = prepare_voters(smoothed, plan, sign)
+    frame = _Voters(voters, smoothed.shape, plan)
+    votes = np.zeros(frame.size, dtype=np.int64)
+    for index, cos_half in enumerate(plan.cos_half32):
+        direction, norm = _as_float32_axes(directions)
+        votes = _vote(frame, plan, weights, direction, norm, cos_half)
+        if index < plan.n_passes - 1:
+            _turn(frame, plan, votes, directions, direction, norm, cos_half)
+        if iter_callback is not None:
+            iter_callback(index, plan.n_passes)
+    field = votes.reshape(frame.padded_shape)[frame.inside]
+    return np.ascontiguousarray(field, dtype=np.uint32)
