@@ -65,7 +65,7 @@ def assert_same_components(result, expected):
     np.testing.assert_array_equal(to_host(result.sizes), sizes)
 
 
-@pytest.mark.parametrize("n_vertices, n_edges", [(50_000, 20_000), (2_000_000, 3_000_000), (300_000, 2_000_000)])
+@pytest.mark.parametrize("n_vertices, n_edges", [(50_000, 20_000), (2_000_000, 3_000_000), (4_000_000, 1_500_000)])
 def test_random_graphs_ids_near_2_64(xp, n_vertices, n_edges):
     rng = np.random.default_rng(n_edges)
     ids, edges = random_graph(rng, n_vertices, n_edges, id_low=2**64 - 4 * n_vertices)
