@@ -142,6 +142,8 @@ class DetectRequest:
     generation: int = 0
     """Which request of the widget this is; results of older ones are dropped."""
     preview: bool = False
+    backend: str = "auto"
+    """Detector backend: 'auto' (GPU when there is one), 'numpy' or 'cupy'."""
 
     def settings(self) -> tuple:
         """The settings that make a cached result reusable (the threshold is not one)."""
@@ -203,6 +205,7 @@ def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
             polarity=request.polarity,
             threshold="otsu",
             iter_callback=iter_callback,
+            backend=request.backend,
             **kwargs,
         )
     finally:
@@ -262,3 +265,46 @@ def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *
         "opacity": 0.8,
         "metadata": {"ivote_image": image_name, "radius": float(radius), "units": geometry.unit},
     }
+
+
+def show_points(layers, state: dict, points_type):
+    """Put ``state`` (from :func:`points_layer_state`) in the viewer's layer list.
+
+    The Points layer of an image is updated in place when it exists (so re-running
+    never duplicates it, and the user's display settings survive); otherwise it
+    is created. ``points_type`` is ``napari.layers.Points`` (kept out of the
+    imports so this module runs without napari). Returns the layer.
+    """
+    name = state["name"]
+    layer = layers[name] if name in layers else None
+    if not isinstance(layer, points_type):
+        layer = points_type(**state)
+        layers.append(layer)
+        return layer
+    layer.data = state["data"]  # resizes the features table; the new one follows
+    for key in ("features", "scale", "translate", "units", "size", "metadata", "face_color", "face_contrast_limits"):
+        setattr(layer, key, state[key])
+    return layer
+
+
+def run_guarded(request: DetectRequest, is_current, report=None):
+    """:func:`run_request` for a worker thread: never raises.
+
+    Before each pass reports ``report(passes_done, n_passes)``, and cancels as soon
+    as ``is_current()`` turns false (Cancel pressed, or newer settings). Returns
+    the :class:`DetectResult`, None when cancelled, or the exception when the
+    run failed (the widget shows its message, not a traceback).
+    """
+
+    def iter_callback(index, n_passes):
+        if not is_current():
+            raise DetectionCancelled
+        if report is not None:
+            report(index + 1, n_passes)
+
+    try:
+        return run_request(request, iter_callback)
+    except DetectionCancelled:
+        return None
+    except Exception as exc:
+        return exc

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from napari.layers import Image, Points
 from napari.qt.threading import create_worker
 from napari.utils import progress
-from qtpy.QtCore import QTimer, Signal
+from qtpy.QtCore import QSignalBlocker, QTimer, Signal
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout,
                             QLabel, QPushButton, QWidget)
 from superqt import QLabeledDoubleSlider
@@ -57,15 +59,9 @@ class DetectWidget(QWidget):
         form.addRow(self.radius_label, self.radius)
         form.addRow("polarity", self.polarity)
         form.addRow("blur", self.blur)
-        threshold_row = QHBoxLayout()
-        threshold_row.addWidget(self.threshold)
-        threshold_row.addWidget(self.otsu)
-        form.addRow("log₁₀ score ≥", threshold_row)
+        form.addRow("log₁₀ score ≥", _row(self.threshold, self.otsu))
         form.addRow(self.live)
-        buttons = QHBoxLayout()
-        for button in (self.run_button, self.cancel_button, self.export_button):
-            buttons.addWidget(button)
-        form.addRow(buttons)
+        form.addRow(_row(self.run_button, self.cancel_button, self.export_button))
         form.addRow(self.status)
         form.addRow("backend", self.backend_label)
 
@@ -95,11 +91,10 @@ class DetectWidget(QWidget):
     def _refresh_images(self, event=None):
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
         current = self.image_combo.currentText()
-        self.image_combo.blockSignals(True)  # adding our own Points layer must not reset the cache
-        self.image_combo.clear()
-        self.image_combo.addItems(names)
-        self.image_combo.setCurrentText(current if current in names else (names[-1] if names else ""))
-        self.image_combo.blockSignals(False)
+        with QSignalBlocker(self.image_combo):  # adding our own Points layer must not reset the cache
+            self.image_combo.clear()
+            self.image_combo.addItems(names)
+            self.image_combo.setCurrentText(current if current in names else (names[-1] if names else ""))
         if self.image_combo.currentText() != current:
             self._on_image_changed()
 
@@ -116,10 +111,9 @@ class DetectWidget(QWidget):
         except ValueError as exc:
             return self._message(str(exc), error=True)
         low, high, default = self._geometry.radius_range()
-        self.radius.blockSignals(True)
-        self.radius.setRange(low, high)
-        self.radius.setValue(default if not low <= self.radius.value() <= high else self.radius.value())
-        self.radius.blockSignals(False)
+        with QSignalBlocker(self.radius):
+            self.radius.setRange(low, high)
+            self.radius.setValue(default if not low <= self.radius.value() <= high else self.radius.value())
         self.radius_label.setText(f"radius ({self._geometry.unit})")
         self.blur.setSuffix(f" {self._geometry.unit}")
         self._message("")
@@ -165,20 +159,8 @@ class DetectWidget(QWidget):
         if request is None:
             return
         generation = request.generation
-
-        def iter_callback(index, n_passes):
-            if generation != self._generation:  # cancelled or superseded
-                raise logic.DetectionCancelled
-            self.progressed.emit(generation, index + 1, n_passes)
-
-        def work():
-            try:
-                return logic.run_request(request, iter_callback)
-            except logic.DetectionCancelled:
-                return None
-            except Exception as exc:  # shown in the widget, never a traceback
-                return exc
-
+        work = partial(logic.run_guarded, request, lambda: generation == self._generation,
+                       lambda done, total: self.progressed.emit(generation, done, total))
         self._close_progress()
         self._progress = progress(total=0, desc="Detecting nuclei" + (" (preview)" if preview else ""))
         self.cancel_button.setEnabled(True)
@@ -224,17 +206,15 @@ class DetectWidget(QWidget):
             return self.finished_result.emit(None)
         self._result = result
         low, high = logic.log_threshold_range(result)
-        self.threshold.blockSignals(True)
-        self.threshold.setRange(low, high)
-        self.threshold.blockSignals(False)
+        with QSignalBlocker(self.threshold):
+            self.threshold.setRange(low, high)
         self._apply_threshold()
         self.finished_result.emit(result)
 
     # -- output --------------------------------------------------------------
     def _on_threshold_moved(self, *_):
-        self.otsu.blockSignals(True)
-        self.otsu.setChecked(False)
-        self.otsu.blockSignals(False)
+        with QSignalBlocker(self.otsu):
+            self.otsu.setChecked(False)
         self._apply_threshold()
 
     def _apply_threshold(self, *_):
@@ -244,20 +224,13 @@ class DetectWidget(QWidget):
         manual = None if value <= self.threshold.minimum() else 10**value  # fully left keeps every maximum
         points, scores, applied = self._result.points("otsu" if self.otsu.isChecked() else manual)
         if self.otsu.isChecked() and applied > 0 and np.isfinite(applied):
-            self.threshold.blockSignals(True)
-            self.threshold.setValue(np.log10(applied))
-            self.threshold.blockSignals(False)
+            with QSignalBlocker(self.threshold):
+                self.threshold.setValue(np.log10(applied))
         image = self.image_layer()
-        state = logic.points_layer_state(self._geometry, self.radius.value(), points, scores, image_name=image.name,
-                                         score_range=logic.score_range(self._result))
-        layer = self.points_layer()
-        if layer is None:
-            self.viewer.add_points(**state)
-            self.viewer.layers.selection.active = image
-        else:
-            layer.data = state["data"]
-            for key in ("features", "scale", "translate", "units", "size", "metadata", "face_color", "face_contrast_limits"):
-                setattr(layer, key, state[key])
+        state = logic.points_layer_state(self._geometry, self._result.detections.radius, points, scores,
+                                         image_name=image.name, score_range=logic.score_range(self._result))
+        logic.show_points(self.viewer.layers, state, Points)
+        self.viewer.layers.selection.active = image
         kind = "preview (slab around the displayed plane)" if self._result.preview else "whole image"
         self._message(f"{len(points)} nuclei ({kind}, {self._result.seconds:.2f} s); score ≥ {applied:.3g}")
 
@@ -272,7 +245,8 @@ class DetectWidget(QWidget):
         if layer is None:
             return self._message("Nothing to export yet: run the detection first.", error=True)
         if not path:
-            path, _ = QFileDialog.getSaveFileName(self, "Export points", f"{layer.metadata.get('ivote_image', 'nuclei')}_nuclei.csv", "CSV (*.csv)")
+            suggested = f"{layer.metadata.get('ivote_image', 'nuclei')}_nuclei.csv"
+            path, _ = QFileDialog.getSaveFileName(self, "Export points", suggested, "CSV (*.csv)")
         if path:
             data, attributes, _ = layer.as_layer_data_tuple()
             self._message(f"exported {len(data)} points to {write_points(path, data, attributes)[0]}")
@@ -280,3 +254,10 @@ class DetectWidget(QWidget):
     def _message(self, text: str, error: bool = False):
         self.status.setText(text)
         self.status.setStyleSheet("color: #e0533e;" if error else "")
+
+
+def _row(*widgets) -> QHBoxLayout:
+    row = QHBoxLayout()
+    for widget in widgets:
+        row.addWidget(widget)
+    return row

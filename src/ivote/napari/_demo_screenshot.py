@@ -1,0 +1,220 @@
+"""The napari step of ``ivote demo``: run the "Detect nuclei" widget, save a screenshot.
+
+:func:`screenshot_demo` never opens a window in the calling process: it starts
+``python -m ivote.napari._demo_screenshot`` in a subprocess, under ``xvfb-run``
+when there is no display but Xvfb is installed, and skips (saying why) when
+napari, Qt or any display is missing. The subprocess can also make the user
+guide's screenshots (``--guide docs/images``) and a screenshot of any image
+(``--image path.tif``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["screenshot_demo"]
+
+_PREFIX = "SUMMARY: "
+TIMEOUT_S = 900
+
+
+def _display_available() -> bool:
+    if sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def screenshot_demo(sample_2d, out_dir) -> list[str]:
+    """Open napari on the 2D sample, run the widget, save ``napari_detect_2d.png``.
+
+    Parameters
+    ----------
+    sample_2d : SyntheticNuclei
+        The demo's 2D sample (image, labels, centers, spacing, radius).
+    out_dir : path-like
+        Folder of the demo's outputs.
+
+    Returns
+    -------
+    list of str
+        Summary lines for the demo's report (or one line saying why it skipped).
+    """
+    missing = [m for m in ("napari", "qtpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        return [f"napari screenshot: skipped ({', '.join(missing)} not installed; pip install 'napari-ivote[all]')"]
+    command = [sys.executable, "-m", "ivote.napari._demo_screenshot"]
+    if not _display_available():
+        xvfb = shutil.which("xvfb-run")
+        if xvfb is None:
+            return ["napari screenshot: skipped (no display and no Xvfb; install xvfb or run with a display)"]
+        command = [xvfb, "-a", "-s", "-screen 0 1600x1000x24"] + command
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        sample_path = Path(tmp) / "sample.npz"
+        np.savez(sample_path, image=sample_2d.image, spacing=np.asarray(sample_2d.spacing),
+                 radius=sample_2d.radius, centers=sample_2d.centers)
+        command += ["--sample", str(sample_path), "--out", str(out_dir / "napari_detect_2d.png")]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return [f"napari screenshot: failed (no result within {TIMEOUT_S} s)"]
+    lines = [line[len(_PREFIX):] for line in done.stdout.splitlines() if line.startswith(_PREFIX)]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return [f"napari screenshot: failed (exit {done.returncode}: {last})"]
+    return lines
+
+
+# ----------------------------------------------------------------------------
+# the subprocess: a viewer, the widget, screenshots
+# ----------------------------------------------------------------------------
+
+
+def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850)):
+    import napari
+
+    from ._detect_widget import DetectWidget
+
+    viewer = napari.Viewer(show=True, title="napari-ivote: Detect nuclei")
+    viewer.window._qt_window.resize(*size)
+    viewer.add_image(image, name=name, scale=spacing, units=("um",) * len(spacing), colormap="gray",
+                     rgb=image.ndim == 3 and image.shape[-1] in (3, 4) and len(spacing) == 2)
+    widget = DetectWidget(viewer)
+    widget.live.setChecked(False)
+    widget.polarity.setCurrentText(polarity)
+    viewer.window.add_dock_widget(widget, name="Detect nuclei", area="right")
+    return viewer, widget
+
+
+def _wait(widget, timeout=TIMEOUT_S):
+    """Process events until the widget's last run has finished; its result (or None)."""
+    from qtpy.QtWidgets import QApplication
+
+    done = []
+    widget.finished_result.connect(done.append)
+    deadline = time.monotonic() + timeout
+    while (not done or widget.busy) and time.monotonic() < deadline:
+        QApplication.processEvents()
+        time.sleep(0.005)
+    widget.finished_result.disconnect(done.append)
+    return done[0] if done else None
+
+
+def _shoot(viewer, path):
+    from qtpy.QtWidgets import QApplication
+
+    for _ in range(20):  # let the canvas and the dock settle
+        QApplication.processEvents()
+        time.sleep(0.01)
+    viewer.screenshot(str(path), canvas_only=False, flash=False)
+    return str(path)
+
+
+def _run(widget, radius, *, preview=False):
+    widget.radius.setValue(radius)
+    widget.preview() if preview else widget.run()
+    return _wait(widget)
+
+
+def _summary(text):
+    print(_PREFIX + text, flush=True)
+
+
+def _demo(sample_path, out):
+    from ivote._backend import backend_name
+    from ivote.metrics import match_points
+
+    sample = np.load(sample_path)
+    spacing = tuple(float(s) for s in sample["spacing"])
+    radius = float(sample["radius"])
+    viewer, widget = _open_viewer(sample["image"], spacing, "sample_2d")
+    t0 = time.perf_counter()
+    result = _run(widget, radius)
+    seconds = time.perf_counter() - t0
+    if result is None:
+        raise SystemExit(f"the widget produced no result: {widget.status.text()}")
+    layer = widget.points_layer()
+    match = match_points(layer.data, sample["centers"], tolerance=0.5 * radius, spacing=spacing)
+    viewer.reset_view()
+    path = _shoot(viewer, out)
+    _summary(f"napari widget: {len(layer.data)} nuclei in {seconds:.1f} s ({backend_name()}), "
+             f"F1 {match.f1:.3f} vs truth; screenshot -> {Path(path).name}")
+    viewer.close()
+
+
+def _guide(folder):
+    """The user guide's screenshots, on the synthetic samples (never on evaluation data)."""
+    from ivote.data import sample_2d, sample_3d
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    s2 = sample_2d()
+    viewer, widget = _open_viewer(s2.image, s2.spacing, "synthetic nuclei 2D", size=(1200, 760))
+    shots = [_shoot(viewer, folder / "01-open.png")]
+    _run(widget, 2.5, preview=True)  # dragged too small: nuclei split into several points
+    shots.append(_shoot(viewer, folder / "02-radius-too-small.png"))
+    _run(widget, s2.radius)
+    shots.append(_shoot(viewer, folder / "03-run.png"))
+    scores = widget._result.detections.candidate_scores
+    widget.threshold.setValue(float(np.log10(np.quantile(scores[scores > 0], 0.85))))
+    shots.append(_shoot(viewer, folder / "04-threshold.png"))
+    viewer.close()
+    s3 = sample_3d()
+    viewer, widget = _open_viewer(s3.image, s3.spacing, "synthetic nuclei 3D", size=(1200, 760))
+    _run(widget, s3.radius)
+    viewer.dims.ndisplay = 3
+    viewer.camera.angles = (0, 30, 60)
+    viewer.reset_view()
+    shots.append(_shoot(viewer, folder / "05-3d.png"))
+    viewer.close()
+    for shot in shots:
+        _summary(shot)
+
+
+def _any_image(path, out, radius, polarity):
+    from ivote.io import read_image
+
+    image, spacing = read_image(path)
+    spatial = image.ndim - 1 if image.ndim == 3 and image.shape[-1] in (3, 4) else image.ndim
+    spacing = spacing or (1.0,) * spatial
+    viewer, widget = _open_viewer(image, spacing, Path(path).stem, polarity=polarity)
+    result = _run(widget, radius)
+    viewer.reset_view()
+    _summary(f"{len(widget.points_layer().data) if result else 0} nuclei; {widget.status.text()}; "
+             f"screenshot -> {_shoot(viewer, out)}")
+    viewer.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="napari screenshots of the Detect nuclei widget")
+    parser.add_argument("--sample", help=".npz with image, spacing, radius, centers (from screenshot_demo)")
+    parser.add_argument("--guide", help="write the user guide's screenshots into this folder")
+    parser.add_argument("--image", help="any TIFF/PNG image")
+    parser.add_argument("--radius", type=float, default=6.0, help="radius for --image, in its units")
+    parser.add_argument("--polarity", default="bright")
+    parser.add_argument("--out", default="napari_detect.png")
+    args = parser.parse_args(argv)
+    if args.sample:
+        _demo(args.sample, args.out)
+    elif args.guide:
+        _guide(args.guide)
+    elif args.image:
+        _any_image(args.image, args.out, args.radius, args.polarity)
+    else:
+        parser.error("give --sample, --guide or --image")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
