@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._learn import as_grayscale
+
 __all__ = ["demo", "register"]
 
 
@@ -21,20 +23,11 @@ def _parse_size(text: str) -> int | tuple[int, ...]:
     return sizes[0] if len(sizes) == 1 else sizes
 
 
-def _grayscale(image):
-    """2D RGB(A) becomes luminance; everything else is returned as is."""
-    if image.ndim == 3 and image.shape[-1] in (3, 4) and image.shape[0] > 4:
-        from skimage.color import rgb2gray
-
-        return rgb2gray(image[..., :3]).astype(np.float32)
-    return image
-
-
 def _read(path):
     from ..io import read_image
 
     image, spacing = read_image(path)
-    return _grayscale(np.asarray(image)), spacing
+    return as_grayscale(image), spacing
 
 
 def _write_tiff(path, array, spacing, ndim):

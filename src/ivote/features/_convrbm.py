@@ -248,7 +248,7 @@ class ConvRBM:
         """Summed CD statistics (spectra) -> gradient of the pixel-domain filters (crop once per mini-batch)."""
         xp = self.xp
         ndim = geometry.ndim
-        spatial = irfftn(gradient_spectrum, geometry.fft_shape, xp)
+        spatial = irfftn(gradient_spectrum, geometry.fft_shape, xp, overwrite=True)
         spatial = xp.roll(spatial, geometry.centre, axis=tuple(range(2, 2 + ndim)))
         blocks = spatial[(slice(None), slice(None)) + tuple(slice(0, k) for k in geometry.filter_blocks)]
         pixels = depth_to_space(blocks, geometry.stride, ndim)
@@ -258,13 +258,14 @@ class ConvRBM:
 
     def _hidden(self, visible_spec, filter_spec, geometry, noise):
         """Hidden units in the spatial domain, ``(n_filters, *fft_shape)``, zero outside the image."""
-        pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp), geometry.fft_shape, self.xp)
+        pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp), geometry.fft_shape, self.xp,
+                                overwrite=True)
         return noisy_relu(pre_activation, self.hidden_bias_, geometry.blocks, noise, self.xp)
 
     def _visible(self, hidden_spec, filter_spec, geometry):
         """Mean of the Gaussian visible units given hidden spectra, ``(n_channels, *fft_shape)``."""
         xp = self.xp
-        spatial = irfftn(visible_spectrum(filter_spec, hidden_spec, xp), geometry.fft_shape, xp)
+        spatial = irfftn(visible_spectrum(filter_spec, hidden_spec, xp), geometry.fft_shape, xp, overwrite=True)
         inside = (slice(None),) + tuple(slice(0, b) for b in geometry.blocks)
         visible = xp.zeros_like(spatial)
         visible[inside] = (spatial[inside] + self.dtype.type(self.visible_bias_)) * self._visible_mask(geometry)
@@ -403,9 +404,10 @@ class ConvRBM:
         """Gradients (filters, hidden bias, visible bias) averaged over a mini-batch."""
         xp = self.xp
         by_geometry = {}
-        grad_c = xp.zeros_like(self.hidden_bias_)
-        grad_b = 0.0
-        error = 0.0
+        # sums stay on the device: no host synchronisation inside a mini-batch
+        grad_c = xp.zeros(self.n_filters, dtype=np.float64)
+        grad_b = xp.zeros((), dtype=np.float64)
+        error = xp.zeros((), dtype=np.float64)
         units = 0
         for sample in batch:
             geometry = self._geometry(sample.shape)
@@ -419,8 +421,8 @@ class ConvRBM:
             )
             # the spectra's scaling: their zero frequency is the plain sum
             grad_c += hidden_stat / n_hidden
-            grad_b += float(visible_stat) / sample.size
-            error += float(sq_error)
+            grad_b += visible_stat / sample.size
+            error += sq_error
             units += sample.size
         grad_w = xp.zeros_like(self.filters_)
         count = len(batch)
@@ -429,7 +431,7 @@ class ConvRBM:
             # Parseval: the inverse FFT of conj(H) V is the spatial correlation
             grad_w += self._filter_gradient(gradient_spec, geometry) / n_hidden
         # images of different shapes each weigh as one sample
-        return grad_w / count, grad_c / count, grad_b / count, error, units
+        return grad_w / count, (grad_c / count).astype(self.dtype), float(grad_b) / count, float(error), units
 
     def _hidden_maps(self, image):
         """Hidden expectations on the stride grid, ``(n_filters, *blocks)``, and the geometry."""

@@ -33,21 +33,24 @@ def rfftn(x, shape, xp):
     return fft.rfftn(x, s=shape, axes=axes)  # cuFFT plans come from CuPy's plan cache
 
 
-def irfftn(x, shape, xp):
-    """Inverse of :func:`rfftn` for spatial ``shape``."""
+def irfftn(x, shape, xp, *, overwrite=False):
+    """Inverse of :func:`rfftn` for spatial ``shape``; ``overwrite`` lets it destroy ``x``.
+
+    cuFFT's complex-to-real transforms overwrite their input, so CuPy copies it
+    first unless told that ``x`` is a temporary (saves one pass over the spectra).
+    """
     axes = tuple(range(-len(shape), 0))
     fft = fft_module(xp)
     if xp is np:
-        return fft.irfftn(x, s=shape, axes=axes, workers=-1)
-    return fft.irfftn(x, s=shape, axes=axes)
+        return fft.irfftn(x, s=shape, axes=axes, workers=-1, overwrite_x=overwrite)
+    return fft.irfftn(x, s=shape, axes=axes, overwrite_x=overwrite)
 
 
 def _kernel(name, array, real):
-    vector = {"float32": "float2", "float64": "double2"}[np.dtype(real).name]
-    scalar = {"float2": "float", "double2": "double"}[vector]
+    """The compiled ``ivote_convrbm_<name><T, I>`` for the real dtype and the index width of ``array``."""
+    scalar = {"float32": "float", "float64": "double"}[np.dtype(real).name]
     itype = index_type(array)
-    first = vector if name != "noisy_relu" else scalar
-    expression = f"ivote_convrbm_{name}<{first}, {itype}>"
+    expression = f"ivote_convrbm_{name}<{scalar}, {itype}>"
     kernel = get_kernel("convrbm", expression, name_expressions=(expression,))
     index = np.int32 if itype == "int" else np.int64
     return kernel, index

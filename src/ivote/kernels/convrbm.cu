@@ -2,69 +2,76 @@
 //
 // Spectra are channels-first and flattened over the frequencies: a filter bank
 // is (n_filters, n_channels, n_freq), visible spectra (n_channels, n_freq),
-// hidden spectra (n_filters, n_freq). V is float2 or double2 (complex), I is the
-// index type (int below 2**31 bytes, else long long), chosen by the launcher.
+// hidden spectra (n_filters, n_freq). T is float or double; complex numbers are
+// ivote_complex<T> (the layout of complex64/complex128 arrays); I is the index
+// type (int below 2**31 bytes, else long long), chosen by the launcher.
 // Each thread owns one output element and reads along the contiguous frequency
 // axis, so all loads are coalesced; the filter bank is read once per call.
 
-// ivote_convrbm_hidden_spectrum<V, I>:
+template <typename T>
+struct alignas(2 * sizeof(T)) ivote_complex {
+    T x;
+    T y;
+};
+
+// ivote_convrbm_hidden_spectrum<T, I>:
 //   hidden[k, f] = sum_c conj(filters[k, c, f]) * visible[c, f]
 // (correlation = product with the conjugate spectrum).
-template <typename V, typename I>
-__global__ void ivote_convrbm_hidden_spectrum(const V* __restrict__ filters, const V* __restrict__ visible,
-                                              V* __restrict__ hidden, int n_filters, int n_channels, I n_freq)
+template <typename T, typename I>
+__global__ void ivote_convrbm_hidden_spectrum(const ivote_complex<T>* __restrict__ filters, const ivote_complex<T>* __restrict__ visible,
+                                              ivote_complex<T>* __restrict__ hidden, int n_filters, int n_channels, I n_freq)
 {
     I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (I)n_filters * n_freq) return;
     I k = i / n_freq;
     I f = i - k * n_freq;
-    const V* w = filters + k * n_channels * n_freq + f;
-    const V* v = visible + f;
-    decltype(w->x) re = 0, im = 0;
+    const ivote_complex<T>* w = filters + k * n_channels * n_freq + f;
+    const ivote_complex<T>* v = visible + f;
+    T re = 0, im = 0;
     for (int c = 0; c < n_channels; ++c) {
-        V a = w[(I)c * n_freq];
-        V b = v[(I)c * n_freq];
+        ivote_complex<T> a = w[(I)c * n_freq];
+        ivote_complex<T> b = v[(I)c * n_freq];
         re += a.x * b.x + a.y * b.y;
         im += a.x * b.y - a.y * b.x;
     }
-    V out;
+    ivote_complex<T> out;
     out.x = re;
     out.y = im;
     hidden[i] = out;
 }
 
-// ivote_convrbm_visible_spectrum<V, I>:
+// ivote_convrbm_visible_spectrum<T, I>:
 //   visible[c, f] = sum_k filters[k, c, f] * hidden[k, f]
 // (the transposed operation: convolution = product with the spectrum itself).
-template <typename V, typename I>
-__global__ void ivote_convrbm_visible_spectrum(const V* __restrict__ filters, const V* __restrict__ hidden,
-                                               V* __restrict__ visible, int n_filters, int n_channels, I n_freq)
+template <typename T, typename I>
+__global__ void ivote_convrbm_visible_spectrum(const ivote_complex<T>* __restrict__ filters, const ivote_complex<T>* __restrict__ hidden,
+                                               ivote_complex<T>* __restrict__ visible, int n_filters, int n_channels, I n_freq)
 {
     I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (I)n_channels * n_freq) return;
     I c = i / n_freq;
     I f = i - c * n_freq;
-    decltype(filters->x) re = 0, im = 0;
+    T re = 0, im = 0;
     for (int k = 0; k < n_filters; ++k) {
-        V a = filters[((I)k * n_channels + c) * n_freq + f];
-        V b = hidden[(I)k * n_freq + f];
+        ivote_complex<T> a = filters[((I)k * n_channels + c) * n_freq + f];
+        ivote_complex<T> b = hidden[(I)k * n_freq + f];
         re += a.x * b.x - a.y * b.y;
         im += a.x * b.y + a.y * b.x;
     }
-    V out;
+    ivote_complex<T> out;
     out.x = re;
     out.y = im;
     visible[i] = out;
 }
 
-// ivote_convrbm_accumulate_gradient<V, I>:
+// ivote_convrbm_accumulate_gradient<T, I>:
 //   gradient[k, c, f] += conj(h0[k, f]) * v0[c, f] - conj(h1[k, f]) * v1[c, f]
 // (positive minus negative phase of CD-1, summed over a mini-batch in the
 // frequency domain; cropped to the filter size once per mini-batch).
-template <typename V, typename I>
-__global__ void ivote_convrbm_accumulate_gradient(V* __restrict__ gradient, const V* __restrict__ h0,
-                                                  const V* __restrict__ v0, const V* __restrict__ h1,
-                                                  const V* __restrict__ v1, int n_filters, int n_channels,
+template <typename T, typename I>
+__global__ void ivote_convrbm_accumulate_gradient(ivote_complex<T>* __restrict__ gradient, const ivote_complex<T>* __restrict__ h0,
+                                                  const ivote_complex<T>* __restrict__ v0, const ivote_complex<T>* __restrict__ h1,
+                                                  const ivote_complex<T>* __restrict__ v1, int n_filters, int n_channels,
                                                   I n_freq)
 {
     I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
@@ -73,9 +80,9 @@ __global__ void ivote_convrbm_accumulate_gradient(V* __restrict__ gradient, cons
     I kc = i / n_freq;
     I c = kc % n_channels;
     I k = kc / n_channels;
-    V a0 = h0[k * n_freq + f], b0 = v0[c * n_freq + f];
-    V a1 = h1[k * n_freq + f], b1 = v1[c * n_freq + f];
-    V g = gradient[i];
+    ivote_complex<T> a0 = h0[k * n_freq + f], b0 = v0[c * n_freq + f];
+    ivote_complex<T> a1 = h1[k * n_freq + f], b1 = v1[c * n_freq + f];
+    ivote_complex<T> g = gradient[i];
     g.x += (a0.x * b0.x + a0.y * b0.y) - (a1.x * b1.x + a1.y * b1.y);
     g.y += (a0.x * b0.y - a0.y * b0.x) - (a1.x * b1.y - a1.y * b1.x);
     gradient[i] = g;

@@ -1,0 +1,232 @@
+"""One CD-1 step of a convolutional RBM: frequency domain (ours) vs cuDNN (PyTorch) vs our NumPy path.
+
+The thesis' settings (Brosch 2016, ch. 1): 3D first layer on 128^3 volumes with
+32 filters of 5^3, 9^3 and 13^3 at strides 1, 2 and 4; 2D 512^2 images with 32
+filters. Times are per image of a mini-batch of 8, including the parameter
+update (and, for ours, the once-per-mini-batch filter FFTs and crop). The
+cuDNN peer runs the same CD-1 step (conv -> noisy ReLU -> transposed conv ->
+conv -> two weight gradients) with ``torch.nn.functional.conv{2,3}d`` on the
+same GPU, both one image at a time and as one batch of 8; the faster of the two
+is the peer. PyTorch is imported only here.
+
+Usage::
+
+    python benchmarks/bench_convrbm.py [--quick] [--no-torch] [--no-numpy] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from ivote._backend import backend_name, cupy_available, default_xp, free_gpu_memory  # noqa: E402
+from ivote.features import ConvRBM  # noqa: E402
+
+BATCH = 8
+
+
+def cases(quick):
+    if quick:
+        return [((128,) * 3, 9, 1), ((128,) * 3, 9, 2), ((128,) * 3, 9, 4), ((128,) * 3, 5, 1),
+                ((128,) * 3, 13, 1), ((512, 512), 9, 1)]
+    out = [((128,) * 3, k, s) for k in (5, 9, 13) for s in (1, 2, 4)]
+    out += [((512, 512), k, s) for k in (9,) for s in (1, 2, 4)]
+    return out
+
+
+def make_batch(shape, xp, n=BATCH):
+    rng = np.random.default_rng(0)
+    return [xp.asarray(rng.standard_normal(shape, dtype=np.float32)) for _ in range(n)]
+
+
+def our_step(model, batch, lr=1e-3):
+    grad_w, grad_c, grad_b, _, _ = model._batch_gradient(batch)
+    model.filters_ += lr * grad_w
+    model.hidden_bias_ += lr * grad_c
+    model.visible_bias_ += lr * grad_b
+
+
+def time_gpu(fn, xp, repeat):
+    fn()  # warm-up: kernel compilation, FFT plans
+    xp.cuda.get_current_stream().synchronize()
+    start, stop = xp.cuda.Event(), xp.cuda.Event()
+    times = []
+    for _ in range(repeat):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(xp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(times))
+
+
+def ours(shape, k, s, xp, repeat):
+    model = ConvRBM(32, k, stride=s, xp=xp)
+    model._initialise(len(shape))
+    batch = make_batch(shape, xp)
+    xp.fft.config.get_plan_cache().clear()  # plans of earlier cases would count as memory
+    free_gpu_memory()
+    pool = xp.get_default_memory_pool()
+    pool.free_all_blocks()
+    our_step(model, batch)
+    xp.cuda.get_current_stream().synchronize()
+    held = pool.total_bytes() - sum(b.nbytes for b in batch) - 2 * model.filters_.nbytes
+    seconds = time_gpu(lambda: our_step(model, batch), xp, repeat)
+    return seconds / BATCH, held, model.memory_estimate(shape)
+
+
+def ours_numpy(shape, k, s):
+    model = ConvRBM(32, k, stride=s, xp=np)
+    model._initialise(len(shape))
+    batch = make_batch(shape, np, n=1)
+    start = time.perf_counter()
+    our_step(model, batch)
+    return time.perf_counter() - start
+
+
+def torch_step_fn(torch, shape, k, s, batched):
+    import torch.nn.functional as F
+    from torch.nn.grad import conv2d_weight, conv3d_weight
+
+    ndim = len(shape)
+    conv, deconv, weight_grad = (F.conv3d, F.conv_transpose3d, conv3d_weight) if ndim == 3 else (
+        F.conv2d, F.conv_transpose2d, conv2d_weight)
+    dev = "cuda"
+    w = torch.randn((32, 1) + (k,) * ndim, device=dev) * 0.01
+    c = torch.zeros(32, device=dev)
+    b = torch.zeros(1, device=dev)
+    images = torch.randn((BATCH, 1) + tuple(shape), device=dev)
+    pad = k // 2
+    hidden = [(n + 2 * pad - k) // s + 1 for n in shape]
+    out_pad = [n - ((h - 1) * s - 2 * pad + k) for n, h in zip(shape, hidden)]
+    dims = tuple(range(2, 2 + ndim))
+    state = {"w": w, "c": c, "b": b}
+
+    def cd1(v0):
+        w, c, b = state["w"], state["c"], state["b"]
+        mu0 = conv(v0, w, c, stride=s, padding=pad)
+        h0 = torch.relu(mu0 + torch.sqrt(torch.sigmoid(mu0)) * torch.randn_like(mu0))
+        v1 = deconv(h0, w, stride=s, padding=pad, output_padding=out_pad) + b
+        h1 = torch.relu(conv(v1, w, c, stride=s, padding=pad))
+        dw = weight_grad(v0, w.shape, h0, stride=s, padding=pad) - weight_grad(v1, w.shape, h1, stride=s, padding=pad)
+        return dw, (h0 - h1).sum(dim=(0,) + dims), (v0 - v1).sum()
+
+    def step():
+        with torch.no_grad():
+            if batched:
+                dw, dc, db = cd1(images)
+            else:
+                dw, dc, db = 0, 0, 0
+                for i in range(BATCH):
+                    a, bb, cc = cd1(images[i : i + 1])
+                    dw, dc, db = dw + a, dc + bb, db + cc
+            state["w"] = state["w"] + 1e-3 * dw
+            state["c"] = state["c"] + 1e-3 * dc
+            state["b"] = state["b"] + 1e-3 * db
+
+    return step
+
+
+def cudnn(shape, k, s, repeat, tf32=True):
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    results = {}
+    for batched in (False, True):
+        try:
+            step = torch_step_fn(torch, shape, k, s, batched)
+            step()
+            step()  # cudnn.benchmark autotunes on the first calls
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            times = []
+            for _ in range(repeat):
+                start.record()
+                step()
+                stop.record()
+                stop.synchronize()
+                times.append(start.elapsed_time(stop) / 1e3)
+            results[batched] = (float(np.median(times)) / BATCH, torch.cuda.max_memory_allocated())
+        except RuntimeError as exc:  # out of memory or unsupported: report, do not crash
+            results[batched] = (math.nan, str(exc).splitlines()[0][:60])
+        torch.cuda.empty_cache()
+    return results
+
+
+def fmt_ms(seconds):
+    return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.2f}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer cases (9^3 at strides 1/2/4, 5^3, 13^3, 2D)")
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-numpy", action="store_true")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    args = parser.parse_args(argv)
+    if not cupy_available():
+        print("bench_convrbm: needs a CUDA GPU with CuPy")
+        return 1
+    xp = default_xp()
+    lines = [
+        f"# ConvRBM CD-1 step: frequency domain vs cuDNN\n",
+        f"device: {backend_name(xp)}; date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+        f"32 filters, float32, mini-batch of {BATCH}, time per image (median of {args.repeat}).",
+    ]
+    try:
+        import torch
+
+        lines.append(f"peer: PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+                     "TF32 allowed (PyTorch default), cudnn.benchmark=True; best of 1-image loop and batch of 8.")
+    except ImportError:
+        args.no_torch = True
+    lines += [
+        "",
+        "| case | FFT shape | ours ms | cuDNN ms (loop / batch) | cuDNN / ours | NumPy ms | NumPy / ours "
+        "| memory MiB measured | eq. 1.14-style MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    rows = []
+    for shape, k, s in cases(args.quick):
+        name = f"{'x'.join(map(str, shape))} k{k} s{s}"
+        ours_s, held, estimate = ours(shape, k, s, xp, args.repeat)
+        free_gpu_memory()
+        peer = ratio = None
+        peer_text = "n/a"
+        if not args.no_torch:
+            res = cudnn(shape, k, s, args.repeat)
+            loop, batched = res[False][0], res[True][0]
+            finite = [t for t in (loop, batched) if math.isfinite(t)]
+            peer = min(finite) if finite else None
+            ratio = peer / ours_s if peer else None
+            peer_text = f"{fmt_ms(loop)} / {fmt_ms(batched)}"
+        numpy_s = None
+        if not args.no_numpy and (s == 1 or len(shape) == 2) and k == 9:
+            numpy_s = ours_numpy(shape, k, s)
+        row = (f"| {name} | {'x'.join(map(str, estimate['fft_shape']))} c{estimate['channels']} | {fmt_ms(ours_s)} "
+               f"| {peer_text} | {'n/a' if ratio is None else f'{ratio:.1f}x'} | {fmt_ms(numpy_s)} "
+               f"| {'n/a' if numpy_s is None else f'{numpy_s / ours_s:.0f}x'} | {held / 2**20:.0f} "
+               f"| {estimate['total'] / 2**20:.0f} |")
+        print(row, flush=True)
+        rows.append(row)
+        free_gpu_memory()
+    if args.out:
+        Path(args.out).write_text("\n".join(lines + rows) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
