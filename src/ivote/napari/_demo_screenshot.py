@@ -81,15 +81,17 @@ def screenshot_demo(sample_2d, out_dir) -> list[str]:
 # ----------------------------------------------------------------------------
 
 
-def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850)):
+def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850), units="um"):
     import napari
 
     from ._detect_widget import DetectWidget
 
     viewer = napari.Viewer(show=True, title="napari-ivote: Detect nuclei")
     viewer.window._qt_window.resize(*size)
-    viewer.add_image(image, name=name, scale=spacing, units=("um",) * len(spacing), colormap="gray",
-                     rgb=image.ndim == 3 and image.shape[-1] in (3, 4) and len(spacing) == 2)
+    rgb = image.ndim == 3 and image.shape[-1] in (3, 4) and len(spacing) == 2
+    limits = None if rgb else tuple(float(v) for v in np.percentile(image, (0.5, 99.8)))
+    viewer.add_image(image, name=name, scale=spacing, units=(units,) * len(spacing), colormap="gray", rgb=rgb,
+                     contrast_limits=limits)
     widget = DetectWidget(viewer)
     widget.live.setChecked(False)
     widget.polarity.setCurrentText(polarity)
@@ -182,17 +184,24 @@ def _guide(folder):
         _summary(shot)
 
 
-def _any_image(path, out, radius, polarity):
+def _any_image(path, out, radius, polarity, truth=None):
     from ivote.io import read_image
 
     image, spacing = read_image(path)
     spatial = image.ndim - 1 if image.ndim == 3 and image.shape[-1] in (3, 4) else image.ndim
+    units = "um" if spacing else "pixel"
     spacing = spacing or (1.0,) * spatial
-    viewer, widget = _open_viewer(image, spacing, Path(path).stem, polarity=polarity)
+    viewer, widget = _open_viewer(image, spacing, Path(path).stem, polarity=polarity, units=units)
     result = _run(widget, radius)
     viewer.reset_view()
-    _summary(f"{len(widget.points_layer().data) if result else 0} nuclei; {widget.status.text()}; "
-             f"screenshot -> {_shoot(viewer, out)}")
+    if truth and result:
+        from ivote.metrics import match_points
+
+        centres = np.loadtxt(truth, delimiter=",", skiprows=1, ndmin=2).reshape(-1, len(spacing))
+        match = match_points(widget.points_layer().data, centres, tolerance=0.5 * radius / min(spacing), spacing=None)
+        _summary(f"vs {len(centres)} true centres: precision {match.precision:.3f}, recall {match.recall:.3f}, "
+                 f"F1 {match.f1:.3f} (tolerance r/2)")
+    _summary(f"{widget.status.text()}; screenshot -> {_shoot(viewer, out)}")
     viewer.close()
 
 
@@ -203,6 +212,7 @@ def main(argv=None) -> int:
     parser.add_argument("--image", help="any TIFF/PNG image")
     parser.add_argument("--radius", type=float, default=6.0, help="radius for --image, in its units")
     parser.add_argument("--polarity", default="bright")
+    parser.add_argument("--truth", help="CSV of true centres (pixels) for --image: prints the F1")
     parser.add_argument("--out", default="napari_detect.png")
     args = parser.parse_args(argv)
     if args.sample:
@@ -210,7 +220,7 @@ def main(argv=None) -> int:
     elif args.guide:
         _guide(args.guide)
     elif args.image:
-        _any_image(args.image, args.out, args.radius, args.polarity)
+        _any_image(args.image, args.out, args.radius, args.polarity, args.truth)
     else:
         parser.error("give --sample, --guide or --image")
     return 0

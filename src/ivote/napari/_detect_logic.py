@@ -246,8 +246,11 @@ def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *
     points = np.asarray(points, dtype=np.float64).reshape(-1, geometry.ndim)
     scores = np.asarray(scores, dtype=np.float64).ravel()
     if score_range is None:
-        score_range = (float(scores.min()), float(scores.max())) if scores.size else (0.0, 1.0)
-    low, high = score_range
+        positive = scores[scores > 0]
+        score_range = (float(positive.min()), float(positive.max())) if positive.size else (1.0, 10.0)
+    # colour by log10(score), as the threshold slider: scores span orders of magnitude
+    low, high = (math.log10(v) for v in score_range)
+    log_scores = np.log10(np.maximum(scores, score_range[0]))
     return {
         "data": points,
         "name": points_layer_name(image_name),
@@ -256,13 +259,13 @@ def points_layer_state(geometry: ImageGeometry, radius: float, points, scores, *
         "translate": geometry.translate,
         "units": geometry.units,
         "size": 2.0 * radius / geometry.scale[-1],
-        "features": {"score": scores},
-        "face_color": "score",
+        "features": {"score": scores, "log10_score": log_scores},
+        "face_color": "log10_score",
         "face_colormap": SCORE_COLORMAP,
         "face_contrast_limits": (low, high if high > low else low + 1.0),
         "border_color": "white",
         "border_width": 0.05,
-        "opacity": 0.8,
+        "opacity": 0.55,
         "metadata": {"ivote_image": image_name, "radius": float(radius), "units": geometry.unit},
     }
 
