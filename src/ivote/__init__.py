@@ -8,6 +8,7 @@ Qt or magicgui.
 from importlib.metadata import PackageNotFoundError, version
 
 from ._backend import BackendError, backend_name, cupy_available
+from .components import GraphComponents, Labelling, PointClusters, cluster_points, connected_components, label
 from .data import synthetic_nuclei
 from .metrics import match_labels, match_points, precision_recall_curve
 
@@ -19,8 +20,14 @@ except PackageNotFoundError:  # running from a source tree without installing
 __all__ = [
     "BackendError",
     "__version__",
+    "GraphComponents",
+    "Labelling",
+    "PointClusters",
     "backend_name",
+    "cluster_points",
+    "connected_components",
     "cupy_available",
+    "label",
     "match_labels",
     "match_points",
     "precision_recall_curve",
