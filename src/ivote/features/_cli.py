@@ -112,7 +112,7 @@ def register(subparsers) -> None:
     fit.add_argument("--stride", type=int, default=1, choices=(1, 2, 4), help="hidden-unit stride (default 1)")
     fit.add_argument("--epochs", type=int, default=10, help="passes over the data (default 10)")
     fit.add_argument("--batch-size", type=int, default=8, help="images or patches per mini-batch (default 8)")
-    fit.add_argument("--learning-rate", type=float, default=3e-3, help="default 3e-3")
+    fit.add_argument("--learning-rate", type=float, default=1e-3, help="default 1e-3")
     fit.add_argument("--momentum", type=float, default=0.5, help="default 0.5")
     fit.add_argument("--weight-decay", type=float, default=1e-4, help="default 1e-4")
     fit.add_argument("--patch", default=None, help="train on tiles of this size (S or Z,Y,X) instead of whole images")

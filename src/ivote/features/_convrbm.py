@@ -302,7 +302,7 @@ class ConvRBM:
 
     # ---------------------------------------------------------------- public
 
-    def fit(self, images, *, epochs=10, batch_size=8, learning_rate=3e-3, momentum=0.5, weight_decay=1e-4,
+    def fit(self, images, *, epochs=10, batch_size=8, learning_rate=1e-3, momentum=0.5, weight_decay=1e-4,
             patch_shape=None, progress=None):
         """Train by CD-1 with momentum and weight decay.
 
@@ -484,8 +484,11 @@ class ConvRBM:
         The linear combination of the hidden maps (and a constant) that best
         fits the standardised image in the least-squares sense, i.e. the
         combination most correlated with it: a denoised image in the model's
-        learned basis, with the input's polarity (bright nuclei stay bright),
-        standardised to zero mean and unit variance.
+        learned basis, with the input's polarity (bright nuclei stay bright,
+        dark ones stay dark, as ``iterative_voting(polarity=...)`` expects),
+        standardised to zero mean and unit variance. A 2D RGB(A) image is read
+        as H&E, through its hematoxylin density (nuclei bright), as
+        :func:`ivote.detect.iterative_voting` does.
 
         Returns
         -------
@@ -493,6 +496,10 @@ class ConvRBM:
             Same spatial shape as ``image``, the model's dtype, on the model's backend.
         """
         xp = self.xp
+        if self.ndim == 2 and getattr(image, "ndim", 0) == 3 and image.shape[-1] in (3, 4):
+            from ._learn import as_grayscale
+
+            image = as_grayscale(image, rgb=True)  # H&E: hematoxylin density, nuclei bright
         image = to_device(self._check(image), xp)
         features = self.transform(image)
         target = _standardise(image, xp, self.dtype)[0].ravel().astype(np.float64)
