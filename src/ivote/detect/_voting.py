@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._backend import BackendError, cupy_available, default_xp, get_array_module, ndimage_module, to_device, to_host
-from .._validate import as_float_image, check_image, check_positive, check_spacing
+from .._validate import check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
 from ._plan import VotingPlan, make_plan
 
@@ -146,11 +146,15 @@ def _suppress_close(coords, values, plan: VotingPlan):
     from scipy.spatial import cKDTree
 
     physical = coords * np.asarray(plan.spacing)
-    neighbours = cKDTree(physical).query_ball_point(physical, r=plan.radius * (1 - 1e-9))
+    # pairs closer than the radius, (better, worse) since rows are sorted best first
+    pairs = cKDTree(physical).query_pairs(plan.radius * (1 - 1e-9), output_type="ndarray")
     suppressed = np.zeros(len(coords), dtype=bool)
-    for i, near in enumerate(neighbours):
-        if not suppressed[i]:
-            suppressed[[j for j in near if j > i]] = True
+    if len(pairs):
+        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+        starts = np.searchsorted(pairs[:, 0], np.arange(len(coords) + 1))
+        for i in np.unique(pairs[:, 0]):
+            if not suppressed[i]:
+                suppressed[pairs[starts[i]:starts[i + 1], 1]] = True
     keep = ~suppressed
     return coords[keep], values[keep]
 
@@ -272,11 +276,13 @@ def iterative_voting(
     if signal.size >= 2**31 and xp is not np:
         raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
 
-    smoothed = as_float_image(signal, dtype=np.float64)
+    # float64 up to the quantised weights: both backends then round alike (see _plan.py)
+    smoothed = signal.astype(np.float64, order="C", copy=True)
     low, high = float(smoothed.min()), float(smoothed.max())
     name = "numpy" if xp is np else "cupy"
     if high > low:
-        smoothed = (smoothed - low) / (high - low)
+        smoothed -= low
+        smoothed /= high - low
         if features is None and blur > 0:
             sigma = tuple(blur / s for s in spacing)
             smoothed = ndimage_module(xp).gaussian_filter(smoothed, sigma=sigma, mode="reflect")

@@ -1,0 +1,166 @@
+"""Speed of iterative voting: GPU vs our NumPy path vs scikit-image ``blob_log``.
+
+Cases (synthetic nuclei, see ``ivote.data.synthetic_nuclei``): 2D 1024² and
+2048² with radius 12 px, 3D 256³ and 512³ with radius 8 voxels (the larger
+images tile the smaller one 2x2(x2)). Whole detection is timed: blur, gradient,
+voting passes, maxima, threshold, results on the host. GPU: warm-up first
+(kernel compilation), then the median wall time of ``--repeat`` runs (each run
+ends with a device-to-host copy, so it is synchronised); peak GPU memory is the
+largest ``used_bytes`` of CuPy's memory pool during a run, input image included.
+The NumPy path is too slow for the big sizes: it is timed on a crop
+(``--numpy-crop``) and its voxels/s rate is compared. ``blob_log`` (one sigma,
+``r / sqrt(ndim)``, CPU) is timed on the full 2D images and the 256³ volume.
+
+Usage: python benchmarks/bench_detect.py [--quick] [--out benchmarks/results/detect.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ivote._backend import backend_name, default_xp, free_gpu_memory, to_device
+from ivote.data import synthetic_nuclei
+from ivote.detect import iterative_voting
+
+
+def make_image(ndim: int, size: int, radius: float) -> np.ndarray:
+    base = 1024 if ndim == 2 else 256
+    tile = synthetic_nuclei((base,) * ndim, radius=radius, seed=7).image
+    reps = size // base
+    return np.ascontiguousarray(np.tile(tile, (reps,) * ndim)) if reps > 1 else tile
+
+
+class PeakMemory:
+    """Largest bytes in use in CuPy's default pool while active."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.pool = xp.get_default_memory_pool()
+        self.peak = 0
+
+    def _malloc(self, size):
+        memory = self.pool.malloc(size)
+        self.peak = max(self.peak, self.pool.used_bytes())
+        return memory
+
+    def __enter__(self):
+        self.peak = self.pool.used_bytes()
+        self.xp.cuda.set_allocator(self._malloc)
+        return self
+
+    def __exit__(self, *exc):
+        self.xp.cuda.set_allocator(self.pool.malloc)
+
+
+def time_call(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def stage_times(xp, device_image, radius, repeat=3):
+    """Median ms of the stages (blur incl. normalisation, passes, maxima + NMS)."""
+    from ivote._backend import ndimage_module
+    from ivote.detect._cuda import run_passes
+    from ivote.detect._plan import make_plan
+    from ivote.detect._voting import _local_maxima, _suppress_close
+
+    plan = make_plan(radius, (1.0,) * device_image.ndim, device_image.ndim)
+    stages = {"blur": [], "passes": [], "maxima": []}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        smoothed = device_image.astype(np.float64)
+        low, high = float(smoothed.min()), float(smoothed.max())
+        smoothed = ndimage_module(xp).gaussian_filter((smoothed - low) / (high - low), 2.0)
+        xp.cuda.get_current_stream().synchronize()
+        t1 = time.perf_counter()
+        votes = run_passes(smoothed, plan, 1.0)
+        del smoothed
+        xp.cuda.get_current_stream().synchronize()
+        t2 = time.perf_counter()
+        _suppress_close(*_local_maxima(votes, plan, xp), plan)
+        t3 = time.perf_counter()
+        for key, value in zip(stages, (t1 - t0, t2 - t1, t3 - t2)):
+            stages[key].append(1e3 * value)
+    return {key: statistics.median(v) for key, v in stages.items()}
+
+
+def blob_log_time(image, radius) -> float:
+    from skimage.feature import blob_log
+
+    grey = (image - image.min()) / (image.max() - image.min())
+    sigma = radius / np.sqrt(image.ndim)
+    return time_call(lambda: blob_log(grey, min_sigma=sigma, max_sigma=sigma, num_sigma=1), 1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1024² and 256³ only, fewer repeats")
+    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--numpy-crop", type=int, nargs=2, default=(256, 64), metavar=("SIDE_2D", "SIDE_3D"))
+    parser.add_argument("--no-blob-log", action="store_true")
+    parser.add_argument("--out", default=None, help="also write the table (markdown) here")
+    args = parser.parse_args(argv)
+    xp = default_xp()
+    if xp is np:
+        print("no GPU: bench_detect.py measures the GPU path; run it on a CUDA machine", file=sys.stderr)
+        return 1
+    repeat = args.repeat or (5 if args.quick else 10)
+    cases = [(2, 1024, 12.0), (3, 256, 8.0)] if args.quick else [(2, 1024, 12.0), (2, 2048, 12.0), (3, 256, 8.0), (3, 512, 8.0)]
+    lines = [
+        f"# Detection speed ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Device: {backend_name(xp)}. Median of {repeat} GPU runs after warm-up; NumPy path timed on a crop "
+        f"({args.numpy_crop[0]}² / {args.numpy_crop[1]}³) and compared by voxels/s; blob_log: 1 run, CPU.",
+        "",
+        "| case | radius | cells | passes | GPU ms | blur / passes / maxima ms | GPU Mvox/s | peak GPU B/vox | NumPy Mvox/s (crop) | GPU/NumPy | blob_log s | GPU/blob_log |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    print("\n".join(lines), flush=True)
+    for ndim, size, radius in cases:
+        image = make_image(ndim, size, radius)
+        device_image = to_device(image, xp)
+        run = lambda: iterative_voting(device_image, radius=radius)  # noqa: E731
+        found = run()  # warm-up: compiles kernels
+        seconds = time_call(run, repeat)
+        stages = stage_times(xp, device_image, radius)
+        free_gpu_memory()
+        with PeakMemory(xp) as memory:
+            run()
+        crop_side = args.numpy_crop[0] if ndim == 2 else args.numpy_crop[1]
+        crop = np.ascontiguousarray(image[(slice(0, crop_side),) * ndim])
+        numpy_seconds = time_call(lambda: iterative_voting(crop, radius=radius, backend="numpy"), 1)
+        numpy_rate = crop.size / numpy_seconds
+        rate = image.size / seconds
+        if args.no_blob_log or (ndim == 3 and size > 256):
+            blob, blob_ratio = "-", "-"
+        else:
+            b = blob_log_time(image, radius)
+            blob, blob_ratio = f"{b:.2f}", f"{b / seconds:.0f}x"
+        line = (
+            f"| {ndim}D {size}^{ndim} | {radius:g} | {len(found.points)} | {found.n_passes} | {1e3 * seconds:.2f} | "
+            f"{stages['blur']:.1f} / {stages['passes']:.1f} / {stages['maxima']:.1f} | "
+            f"{rate / 1e6:.1f} | {memory.peak / image.size:.1f} | {numpy_rate / 1e6:.3f} | {rate / numpy_rate:.0f}x | "
+            f"{blob} | {blob_ratio} |"
+        )
+        lines.append(line)
+        print(line, flush=True)
+        del device_image
+        free_gpu_memory()
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
