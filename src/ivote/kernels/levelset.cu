@@ -173,7 +173,11 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
             const float s_hi = sums_in[2 * obj], s_h = sums_in[2 * obj + 1];
             const float c_in = s_hi / fmaxf(s_h, 1e-6f);
             const float c_out = (region_consts[2 * obj] - s_hi) / fmaxf(region_consts[2 * obj + 1] - s_h, 1e-6f);
-            const float region = -coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out);
+            // divided by the object's contrast (c_in - c_out)^2 >= 0.05^2, clipped to +-max(l1, l2)
+            const float contrast = fmaxf((c_in - c_out) * (c_in - c_out), 0.0025f);
+            const float region_max = fmaxf(coef[0], coef[1]);
+            float region = (-coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out)) / contrast;
+            region = fminf(fmaxf(region, -region_max), region_max);
             // shape prior
             float rel[NDIM];
             if (NDIM == 3) {

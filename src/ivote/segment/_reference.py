@@ -15,6 +15,7 @@ __all__ = ["heaviside", "dirac", "heaviside_compact", "curvature", "region_sums"
 
 PI = np.float32(np.pi)
 F32 = np.float32
+CONTRAST_MIN = 0.0025  # (0.05)^2: below this contrast the region force is not amplified further
 
 
 def heaviside(phi, eps):
@@ -87,24 +88,33 @@ def overlap_canvas(phi, batch):
     return np.bincount(batch.global_index[batch.valid], weights=hc, minlength=batch.image_size).astype(np.float32)
 
 
-def step(phi, batch, pose):
+def step(phi, batch, pose, psi=None, sums=None, canvas=None):
     """One explicit iteration for all objects: phi + dt * delta(phi) * F with
-    F = mu kappa + [-l1 (I - c_in)^2 + l2 (I - c_out)^2] + beta clip(psi - phi, -1, 1)
+    F = mu kappa + clip([-l1 (I - c_in)^2 + l2 (I - c_out)^2] / max((c_in - c_out)^2, 0.05^2), +-max(l1, l2))
+        + beta clip(psi - phi, -1, 1)
         - omega clip(sum of the other objects' Heavisides, 0, 1).
-    Box borders and cells outside the image keep their value."""
+    Box borders and cells outside the image keep their value. ``psi`` (the prior on the
+    boxes), ``sums`` (from :func:`region_sums`) and ``canvas`` (:func:`overlap_canvas`) are
+    computed from ``phi`` and ``pose`` when not given."""
     w = batch.weights
-    s_hi, s_h = region_sums(phi, batch)
+    s_hi, s_h = region_sums(phi, batch) if sums is None else sums
     c_in = s_hi.astype(np.float32) / np.maximum(s_h.astype(np.float32), F32(1e-6))
     c_out = (batch.sum_image - s_hi.astype(np.float32)) / np.maximum(batch.n_valid - s_h.astype(np.float32), F32(1e-6))
     shape = (-1,) + (1,) * (phi.ndim - 1)
     c_in, c_out = c_in.reshape(shape), c_out.reshape(shape)
-    canvas = overlap_canvas(phi, batch)
+    if canvas is None:
+        canvas = overlap_canvas(phi, batch)
     others = np.clip(canvas[batch.global_index] - heaviside_compact(phi, batch.eps), F32(0), F32(1))
-    psi = prior_sdf(pose, phi.shape[1:], batch.spacing, batch.prior, np)
+    if psi is None:  # the prior is fixed between fits: callers evaluate it once per block
+        psi = prior_sdf(pose, phi.shape[1:], batch.spacing, batch.prior, np)
     image = batch.image_box
+    # Chan-Vese fit, divided by the object's contrast so that dim and bright nuclei move alike
+    contrast = np.maximum((c_in - c_out) * (c_in - c_out), F32(CONTRAST_MIN))
+    region_max = F32(max(w["lambda1"], w["lambda2"]))
+    region = (-F32(w["lambda1"]) * (image - c_in) ** 2 + F32(w["lambda2"]) * (image - c_out) ** 2) / contrast
     force = (
         F32(w["mu"]) * curvature(phi, batch.spacing, batch.kappa_max)
-        + (-F32(w["lambda1"]) * (image - c_in) ** 2 + F32(w["lambda2"]) * (image - c_out) ** 2)
+        + np.clip(region, -region_max, region_max)
         + F32(w["beta"]) * np.clip(psi - phi, F32(-1), F32(1))
         - F32(w["omega"]) * others
     )

@@ -19,7 +19,7 @@ from ._shape_prior import ShapePrior, fit_poses, moment_features, train_shape_pr
 
 __all__ = ["segment_nuclei", "DEFAULT_WEIGHTS"]
 
-DEFAULT_WEIGHTS = {"lambda1": 1.0, "lambda2": 2.0, "mu": 0.2, "beta": 0.3, "omega": 1.0}
+DEFAULT_WEIGHTS = {"lambda1": 1.0, "lambda2": 2.0, "mu": 0.2, "beta": 0.3, "omega": 3.0}
 EPS = 1.0  # width of the smooth Heaviside, in units of the finest pixel
 KAPPA_MAX = 1.0  # curvature clip: no front is sharper than one pixel
 
@@ -91,7 +91,7 @@ def _check_seeds(seeds, shape) -> np.ndarray:
 
 
 def _normalise(image, polarity, xp):
-    lo, hi = (float(v) for v in xp.percentile(image, [1.0, 99.5]))
+    lo, hi = (float(v) for v in xp.percentile(image, xp.asarray([1.0, 99.5])))
     if not hi > lo:
         normalised = xp.zeros(image.shape, dtype=xp.float32)
     else:
@@ -107,7 +107,7 @@ def _time_step(weights, spacing) -> float:
     delta_max = 1.0 / (math.pi * EPS)
     force_max = (abs(weights["mu"]) * KAPPA_MAX + max(abs(weights["lambda1"]), abs(weights["lambda2"]))
                  + abs(weights["beta"]) + abs(weights["omega"]))
-    dt_cfl = 0.5 / (delta_max * max(force_max, 1e-6))
+    dt_cfl = 0.9 / (delta_max * max(force_max, 1e-6))
     inv_h2 = sum(1.0 / h**2 for h in spacing)
     dt_curv = 0.9 * 0.5 / inv_h2 / (max(abs(weights["mu"]), 1e-6) * delta_max)
     return min(dt_cfl, dt_curv)
@@ -185,7 +185,24 @@ def _reinitialise(phi, batch, clip, xp):
     unmosaic = lambda d: d.reshape((n, b0 + gap) + batch.box_shape[1:])[:, :b0].astype(xp.float32)  # noqa: E731
     d_in, d_out = unmosaic(d_in), unmosaic(d_out)
     half = np.float32(0.5)
-    return xp.where(inside, d_in - half, -(xp.minimum(d_out, np.float32(clip)) - half)).astype(xp.float32)
+    sdf = xp.where(inside, d_in - half, -(xp.minimum(d_out, np.float32(clip)) - half))
+    # cells next to the front keep their sub-pixel position, phi / |grad phi|; otherwise a
+    # front that moved less than a pixel since the last reinitialisation would be put back
+    ndim = phi.ndim - 1
+    padded = xp.pad(phi, [(0, 0)] + [(1, 1)] * ndim, mode="edge")
+    padded_inside = xp.pad(inside, [(0, 0)] + [(1, 1)] * ndim, mode="edge")
+    grad2 = xp.zeros_like(phi)
+    near = xp.zeros(phi.shape, dtype=bool)
+    for axis in range(ndim):
+        lo = [slice(None)] + [slice(1, -1)] * ndim
+        hi = list(lo)
+        lo[axis + 1], hi[axis + 1] = slice(0, -2), slice(2, None)
+        grad2 = grad2 + ((padded[tuple(hi)] - padded[tuple(lo)]) / np.float32(2 * batch.spacing[axis])) ** 2
+        near |= (padded_inside[tuple(hi)] != inside) | (padded_inside[tuple(lo)] != inside)
+    subcell = xp.clip(phi / xp.maximum(xp.sqrt(grad2), np.float32(0.1)), np.float32(-1), np.float32(1))
+    # keep the sign of the mask (a cell outside the image is outside whatever phi says)
+    subcell = xp.where(inside, xp.maximum(subcell, np.float32(1e-3)), xp.minimum(subcell, np.float32(-1e-3)))
+    return xp.where(near, subcell, sdf).astype(xp.float32)
 
 
 def _labels(phi, batch, xp):
@@ -207,6 +224,23 @@ def _labels(phi, batch, xp):
     return labels.reshape(batch.image_shape)
 
 
+def _drop_faint(labels, phi, batch, min_contrast, xp):
+    """Remove objects whose mean (normalised) intensity exceeds that of the rest of
+    their box by less than ``min_contrast``: seeds on background or debris."""
+    n = phi.shape[0]
+    flat = labels.ravel()
+    counts = xp.bincount(flat, minlength=n + 1)[1:].astype(xp.float64)
+    sums = xp.bincount(flat, weights=batch.image.astype(xp.float64), minlength=n + 1)[1:]
+    mean_in = sums / xp.maximum(counts, 1)
+    own = batch.valid & (batch.global_index >= 0)
+    mine = flat[batch.global_index] == xp.arange(1, n + 1).reshape((n,) + (1,) * (phi.ndim - 1))
+    rest = own & ~mine
+    mean_out = (batch.image_box * rest).reshape(n, -1).sum(axis=1) / xp.maximum(rest.reshape(n, -1).sum(axis=1), 1)
+    faint = (counts == 0) | (mean_in - mean_out < min_contrast)
+    keep = xp.concatenate([xp.zeros(1, dtype=bool), ~faint])
+    return xp.where(keep[labels], labels, 0).astype(xp.int32)
+
+
 def segment_nuclei(
     image,
     seeds,
@@ -224,6 +258,8 @@ def segment_nuclei(
     box_factor: float = 1.5,
     reinit_every: int = 25,
     tol: float = 1e-3,
+    min_contrast: float = 0.1,
+    merge_solidity: float = 0.9,
     iter_callback=None,
     backend: str = "auto",
     use_graph: bool = True,
@@ -271,6 +307,14 @@ def segment_nuclei(
     tol : float
         Stop when fewer than ``tol`` times the inside cells changed sign over
         the last ``reinit_every`` iterations; 0 runs all iterations.
+    min_contrast : float
+        Objects whose mean intensity exceeds the rest of their box by less than
+        this (on the image normalised to its 1st-99.5th percentiles) are
+        removed: seeds on background or debris. 0 keeps every object.
+    merge_solidity : float
+        Two touching objects whose union is convex (solidity at least this)
+        and no larger than a ball of ``radius`` are merged: one nucleus that
+        got two seeds. 0 never merges.
     iter_callback : callable, optional
         ``iter_callback(iteration, changed_fraction)`` after every block of
         ``reinit_every`` iterations; raising from it cancels.
@@ -284,6 +328,8 @@ def segment_nuclei(
     labels : int32 array of the image's shape (NumPy or CuPy, as the backend)
         Label k + 1 for the k-th (deduplicated) seed, 0 for background; a
         pixel goes to the object whose level set is largest and positive there.
+        Labels of removed (faint) or merged objects are absent, so there is at
+        most one label per seed.
 
     References
     ----------
@@ -317,6 +363,8 @@ def segment_nuclei(
     box_factor = check_positive(box_factor, "box_factor")
     init_radius = check_positive(init_radius, "init_radius", upper=box_factor)
     tol = check_positive(tol, "tol", allow_zero=True)
+    min_contrast = check_positive(min_contrast, "min_contrast", allow_zero=True)
+    merge_solidity = check_positive(merge_solidity, "merge_solidity", upper=1.0, allow_zero=True)
     weights = {"lambda1": lambda1, "lambda2": lambda2, "mu": mu, "beta": shape_weight, "omega": overlap_weight}
     for name, value in zip(("lambda1", "lambda2", "mu", "shape_weight", "overlap_weight"), weights.values()):
         check_positive(value, name, allow_zero=True)
@@ -337,10 +385,12 @@ def segment_nuclei(
 
     if xp is np:
         from ._reference import step
+        from ._shape_prior import prior_sdf
 
         def advance(phi, pose, count):
+            psi = prior_sdf(pose, batch.box_shape, batch.spacing, batch.prior, np)
             for _ in range(count):
-                phi = step(phi, batch, pose)
+                phi = step(phi, batch, pose, psi)
             return phi
     else:
         from ._cuda import CudaStepper
@@ -365,4 +415,14 @@ def segment_nuclei(
             iter_callback(done, fraction)
         if fraction < tol:
             break
-    return _labels(phi, batch, xp)
+    labels = _labels(phi, batch, xp)
+    if min_contrast > 0:
+        labels = _drop_faint(labels, phi, batch, min_contrast, xp)
+    if merge_solidity > 0:
+        from .._backend import to_host
+        from ._merge import max_volume_pixels, merge_split_objects
+
+        merged = merge_split_objects(
+            to_host(labels), max_volume=max_volume_pixels(radius, spacing), min_solidity=merge_solidity)
+        labels = to_device(merged, xp) if xp is not np else merged
+    return labels

@@ -74,7 +74,8 @@ def train_shape_prior(ndim: int, *, n_training: int = N_TRAINING, axis_sigma: fl
     axes = np.clip(1.0 + axis_sigma * rng.normal(size=(n_training, ndim)), 0.55, 1.45)
     axes = np.sort(axes, axis=1)
     axes /= np.exp(np.log(axes).mean(axis=1, keepdims=True))  # unit geometric-mean radius
-    sdfs = np.stack([_ellipse_sdf(a, grid_size, EXTENT).ravel() for a in axes])
+    supersample = 3 if ndim == 2 else 2
+    sdfs = np.stack([_ellipse_sdf(a, grid_size, EXTENT, supersample).ravel() for a in axes])
     mean = sdfs.mean(axis=0)
     _, singular, modes = np.linalg.svd(sdfs - mean, full_matrices=False)
     k = ndim

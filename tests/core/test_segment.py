@@ -1,0 +1,191 @@
+"""segment_nuclei on the NumPy path: accuracy against synthetic truth, overlap
+resolution, bad input, and the pieces (curvature, shape prior, reinitialisation)."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from ivote.data import synthetic_nuclei
+from ivote.metrics import match_labels
+from ivote.segment import segment_nuclei
+from ivote.segment import _reference as ref
+from ivote.segment._shape_prior import fit_poses, moment_features, prior_sdf, train_shape_prior
+
+
+def test_2d_synthetic_matches_truth():
+    image, truth, centers, spacing, radius = synthetic_nuclei((128, 128), spacing=(0.5, 0.5), radius=6, seed=11)
+    labels = segment_nuclei(image, centers, radius=radius, spacing=spacing, backend="numpy")
+    assert labels.dtype == np.int32 and labels.shape == image.shape
+    match = match_labels(labels, truth)
+    assert match.f1 >= 0.9
+    assert match.mean_matched_iou >= 0.8
+
+
+def test_3d_anisotropic_matches_truth():
+    image, truth, centers, spacing, radius = synthetic_nuclei(
+        (20, 64, 64), spacing=(2.0, 0.5, 0.5), radius=5, seed=4, overlap=0.1)
+    labels = segment_nuclei(image, centers, radius=radius, spacing=spacing, iterations=150, backend="numpy")
+    match = match_labels(labels, truth)
+    assert match.f1 >= 0.85
+    assert match.mean_matched_iou >= 0.7
+
+
+def test_dark_polarity_is_the_inverse():
+    image, truth, centers, spacing, radius = synthetic_nuclei((96, 96), radius=7, seed=5, polarity="dark")
+    labels = segment_nuclei(image, centers, radius=radius, polarity="dark", iterations=150, backend="numpy")
+    assert match_labels(labels, truth).f1 >= 0.85
+
+
+def _overlapping_pair(rng, size=72):
+    """Two bright ellipses overlapping by 10-40% of the smaller one's area."""
+    r1, r2 = rng.uniform(8, 11), rng.uniform(8, 11)
+    target = rng.uniform(0.1, 0.4)
+    angle = rng.uniform(0, np.pi)
+    direction = np.array([np.sin(angle), np.cos(angle)])
+    yy, xx = np.mgrid[:size, :size].astype(float)
+    centre = np.array([size / 2, size / 2])
+
+    def masks(d):
+        c1, c2 = centre - direction * d / 2, centre + direction * d / 2
+        rho1 = np.hypot(yy - c1[0], xx - c1[1]) / r1
+        rho2 = np.hypot(yy - c2[0], xx - c2[1]) / r2
+        return rho1, rho2, c1, c2
+
+    lo, hi = 0.0, r1 + r2
+    for _ in range(40):  # bisection on the centre distance for the target overlap
+        d = (lo + hi) / 2
+        rho1, rho2, *_ = masks(d)
+        overlap = np.sum((rho1 < 1) & (rho2 < 1)) / min(np.sum(rho1 < 1), np.sum(rho2 < 1))
+        lo, hi = (d, hi) if overlap > target else (lo, d)
+    rho1, rho2, c1, c2 = masks(d)
+    truth = np.zeros((size, size), np.int32)
+    truth[(rho1 < 1) & (rho1 <= rho2)] = 1
+    truth[(rho2 < 1) & (rho2 < rho1)] = 2
+    clean = ndi.gaussian_filter(((rho1 < 1) | (rho2 < 1)).astype(float), 1.0)
+    image = 0.1 + 0.8 * clean + rng.normal(0, 0.04, clean.shape)
+    return image.astype(np.float32), truth, np.array([c1, c2])
+
+
+def test_overlapping_pairs_are_resolved():
+    rng = np.random.default_rng(7)
+    n_pairs, resolved = 20, 0
+    for _ in range(n_pairs):
+        image, truth, seeds = _overlapping_pair(rng)
+        labels = segment_nuclei(image, seeds, radius=11, iterations=200, backend="numpy")
+        iou = [np.sum((labels == k) & (truth == k)) / max(np.sum((labels == k) | (truth == k)), 1) for k in (1, 2)]
+        resolved += min(iou) >= 0.7
+    assert resolved >= 0.9 * n_pairs
+
+
+def test_bad_input():
+    image, _, centers, *_ = synthetic_nuclei((64, 64), radius=6, seed=1)
+    with pytest.raises(ValueError, match="seeds"):
+        segment_nuclei(image, [[70.0, 5.0]], radius=6, backend="numpy")
+    with pytest.raises(ValueError, match="seeds"):
+        segment_nuclei(image, [[5.0, 5.0, 5.0]], radius=6, backend="numpy")
+    with pytest.raises(ValueError, match="radius"):
+        segment_nuclei(image, centers, radius=-1, backend="numpy")
+    with pytest.raises(ValueError, match="spacing"):
+        segment_nuclei(image, centers, radius=6, spacing=(1, 1, 1), backend="numpy")
+    with pytest.raises(ValueError, match="polarity"):
+        segment_nuclei(image, centers, radius=6, polarity="grey", backend="numpy")
+    with pytest.raises(ValueError, match="backend"):
+        segment_nuclei(image, centers, radius=6, backend="tpu")
+    with pytest.raises(ValueError, match="image"):
+        segment_nuclei(np.zeros((4, 4, 4, 4)), [[1, 1, 1, 1]], radius=2, backend="numpy")
+
+
+def test_no_seeds_gives_empty_labels():
+    image = np.random.default_rng(0).random((32, 32))
+    for seeds in ([], np.zeros((0, 2))):
+        labels = segment_nuclei(image, seeds, radius=4, backend="numpy")
+        assert labels.shape == image.shape and labels.dtype == np.int32 and not labels.any()
+
+
+def test_duplicate_seeds_give_one_label():
+    image, truth, centers, spacing, radius = synthetic_nuclei((64, 64), radius=6, seed=2, n_nuclei=2)
+    seeds = np.concatenate([centers, centers[:1] + 0.2])
+    labels = segment_nuclei(image, seeds, radius=radius, iterations=100, backend="numpy")
+    assert set(np.unique(labels)) <= set(range(len(centers) + 1))
+
+
+def test_constant_image_does_not_crash():
+    labels = segment_nuclei(np.full((40, 40), 3.0), [[20, 20], [5, 5]], radius=5, iterations=50,
+                            min_contrast=0, backend="numpy")
+    assert labels.shape == (40, 40)
+    # no region force: the shape prior and curvature keep the initial discs
+    assert set(np.unique(labels)) == {0, 1, 2}
+
+
+def test_seed_at_the_image_edge():
+    image, truth, centers, spacing, radius = synthetic_nuclei((64, 64), radius=6, seed=3)
+    labels = segment_nuclei(image, [[0, 0], [63, 63]], radius=radius, iterations=50, min_contrast=0, backend="numpy")
+    assert labels.shape == image.shape
+
+
+def test_iter_callback_reports_and_cancels():
+    image, _, centers, *_ = synthetic_nuclei((64, 64), radius=6, seed=1)
+    seen = []
+    segment_nuclei(image, centers, radius=6, iterations=60, reinit_every=20, tol=0,
+                   iter_callback=lambda i, f: seen.append(i), backend="numpy")
+    assert seen == [20, 40, 60]
+
+    def cancel(i, f):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        segment_nuclei(image, centers, radius=6, iter_callback=cancel, backend="numpy")
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (2.0, 1.0, 1.0)])
+def test_curvature_of_a_sphere(spacing):
+    radius = 10.0
+    axes = [(np.arange(n) - (n - 1) / 2) * h for n, h in zip((31, 41, 41), spacing)]
+    zz, yy, xx = np.meshgrid(*axes, indexing="ij")
+    phi = (radius - np.sqrt(zz**2 + yy**2 + xx**2)).astype(np.float32)[None]
+    kappa = ref.curvature(phi, spacing, kappa_max=10.0)[0]
+    shell = np.abs(phi[0]) < 0.5
+    # div(grad phi / |grad phi|) of an inward-positive sphere is -2 / R on its surface
+    assert np.median(kappa[shell]) == pytest.approx(-2 / radius, rel=0.05)
+
+
+def test_curvature_of_a_circle():
+    radius = 12.0
+    yy, xx = np.mgrid[-30:31, -30:31].astype(float)
+    phi = (radius - np.hypot(yy, xx)).astype(np.float32)[None]
+    kappa = ref.curvature(phi, (1.0, 1.0), kappa_max=10.0)[0]
+    assert np.median(kappa[np.abs(phi[0]) < 0.5]) == pytest.approx(-1 / radius, rel=0.03)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_shape_prior_recovers_an_ellipse(ndim):
+    prior = train_shape_prior(ndim)
+    box = (41,) * ndim if ndim == 2 else (31, 31, 31)
+    spacing = (1.0,) * ndim
+    axes = np.array([7.0, 10.0] if ndim == 2 else [6.0, 8.0, 10.0])
+    grids = np.meshgrid(*[np.arange(b) - (b - 1) / 2 for b in box], indexing="ij")
+    angle = 0.5
+    if ndim == 2:
+        u = np.cos(angle) * grids[0] + np.sin(angle) * grids[1]
+        v = -np.sin(angle) * grids[0] + np.cos(angle) * grids[1]
+        rho = np.sqrt((u / axes[0]) ** 2 + (v / axes[1]) ** 2)
+    else:
+        rho = np.sqrt(sum((g / a) ** 2 for g, a in zip(grids, axes)))
+    inside = (rho < 1)[None]
+    pose = fit_poses(inside, moment_features(box, spacing, np), spacing, prior, np)
+    psi = prior_sdf(pose, box, spacing, prior, np)[0]
+    fitted = psi > 0
+    iou = np.sum(fitted & inside[0]) / np.sum(fitted | inside[0])
+    assert iou > 0.9
+    # scale: geometric-mean semi-axis
+    assert pose[0, ndim + ndim * ndim] == pytest.approx(np.exp(np.log(axes).mean()), rel=0.08)
+
+
+def test_heavisides():
+    phi = np.linspace(-5, 5, 101).astype(np.float32)
+    h = ref.heaviside(phi, 1.0)
+    assert np.all(np.diff(h) > 0) and h[50] == pytest.approx(0.5)
+    hc = ref.heaviside_compact(phi, 1.0)
+    assert hc[0] == 0 and hc[-1] == 1 and hc[50] == pytest.approx(0.5)
+    # the Dirac is the derivative of the Heaviside
+    np.testing.assert_allclose(np.gradient(h, phi), ref.dirac(phi, 1.0), atol=2e-3)
