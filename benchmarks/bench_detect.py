@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1024² and 256³ only, fewer repeats")
     parser.add_argument("--repeat", type=int, default=None)
-    parser.add_argument("--numpy-crop", type=int, nargs=2, default=(256, 64), metavar=("SIDE_2D", "SIDE_3D"))
+    parser.add_argument("--numpy-crop", type=int, nargs=2, default=(256, 48), metavar=("SIDE_2D", "SIDE_3D"))
     parser.add_argument("--no-blob-log", action="store_true")
     parser.add_argument("--out", default=None, help="also write the table (markdown) here")
     args = parser.parse_args(argv)
