@@ -10,7 +10,8 @@ run and with the same seeds,
 
 RGB H&E images (gbm40) use the hematoxylin channel (``skimage.color.rgb2hed``),
 nuclei bright. The segmentation radius is 1.3 times the dataset's median
-nucleus radius (``meta.json``), the same for every image of a dataset.
+nucleus radius (``meta.json``), the same for every image of a dataset; the
+detector gets the same radius (its "largest nucleus radius").
 
 Usage::
 
@@ -104,10 +105,11 @@ def voronoi_otsu_labels(image, seeds, spacing):
     return np.where(mask, nearest, 0).astype(np.int32)
 
 
-def detect_seeds(image, spacing, median_radius):
+def detect_seeds(image, spacing, radius):
+    """Detections with the detector's defaults; ``radius`` is its largest nucleus radius."""
     if iterative_voting is None:
         return None
-    return np.asarray(iterative_voting(image, radius=median_radius, spacing=spacing, polarity="bright").points)
+    return np.asarray(iterative_voting(image, radius=radius, spacing=spacing, polarity="bright").points)
 
 
 def run(args):
@@ -125,7 +127,7 @@ def run(args):
             spacing, largest_radius, median_radius = geometry(meta)
             seed_sets = {"true centres": centers}
             t0 = time.perf_counter()
-            detected = detect_seeds(grey, spacing, median_radius)
+            detected = detect_seeds(grey, spacing, RADIUS_FACTOR * median_radius)
             times["detect"] = times.get("detect", 0.0) + time.perf_counter() - t0
             seed_sets["detections"] = detected
             for seed_name, seeds in seed_sets.items():

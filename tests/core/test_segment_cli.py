@@ -1,0 +1,48 @@
+"""``ivote segment`` command line: the contract with ``ivote detect``'s points CSV."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from ivote.cli import main
+from ivote.data import synthetic_nuclei
+from ivote.io import write_points_csv
+from ivote.metrics import match_labels
+
+
+@pytest.fixture
+def sample(tmp_path):
+    image, truth, centers, spacing, radius = synthetic_nuclei((96, 96), radius=7, seed=12)
+    tifffile.imwrite(tmp_path / "image.tif", image)
+    write_points_csv(tmp_path / "points.csv", centers)
+    return tmp_path, truth, centers
+
+
+def test_segment_writes_labels(sample, capsys):
+    folder, truth, centers = sample
+    out = folder / "labels.tif"
+    code = main(["segment", str(folder / "image.tif"), "--points", str(folder / "points.csv"), "--radius", "7",
+                 "--iterations", "150", "--backend", "numpy", "--out", str(out)])
+    assert code == 0
+    labels = tifffile.imread(out)
+    assert labels.dtype == np.int32 and labels.shape == truth.shape
+    assert match_labels(labels, truth).f1 >= 0.85
+    assert "objects from" in capsys.readouterr().out
+
+
+def test_segment_bad_input_is_one_line(sample, capsys):
+    folder, truth, centers = sample
+    write_points_csv(folder / "far.csv", np.array([[500.0, 5.0]]))
+    code = main(["segment", str(folder / "image.tif"), "--points", str(folder / "far.csv"), "--radius", "7",
+                 "--backend", "numpy", "--out", str(folder / "x.tif")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "seeds" in err and len(err.strip().splitlines()) == 1
+    assert not (folder / "x.tif").exists()
+    write_points_csv(folder / "p3.csv", np.array([[1.0, 5.0, 5.0]]))
+    code = main(["segment", str(folder / "image.tif"), "--points", str(folder / "p3.csv"), "--radius", "7",
+                 "--backend", "numpy", "--out", str(folder / "x.tif")])
+    assert code == 2 and "2D" in capsys.readouterr().err
+    code = main(["segment", str(folder / "missing.tif"), "--points", str(folder / "points.csv"), "--radius", "7",
+                 "--out", str(folder / "x.tif")])
+    assert code == 2
