@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 # Stages with a command line, in pipeline order. Only stages that exist are listed.
-STAGE_CLIS: tuple[str, ...] = ("ivote.components._cli", "ivote.features._cli", "ivote.detect._cli")
+STAGE_CLIS: tuple[str, ...] = ("ivote.components._cli", "ivote.features._cli", "ivote.detect._cli", "ivote.segment._cli")
 
 
 class UsageError(Exception):
