@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,7 @@ def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850), u
     widget.live.setChecked(False)
     widget.polarity.setCurrentText(polarity)
     viewer.window.add_dock_widget(widget, name="Detect nuclei", area="right")
+    viewer.reset_view()
     return viewer, widget
 
 
@@ -113,13 +115,22 @@ def _wait(widget, timeout=TIMEOUT_S):
     return done[0] if done else None
 
 
-def _shoot(viewer, path):
+def _shoot(viewer, path, *, max_width=None):
+    """Screenshot of the whole window; ``max_width`` makes a small palette PNG (for docs)."""
     from qtpy.QtWidgets import QApplication
 
     for _ in range(20):  # let the canvas and the dock settle
         QApplication.processEvents()
         time.sleep(0.01)
     viewer.screenshot(str(path), canvas_only=False, flash=False)
+    if max_width:
+        from PIL import Image
+
+        with Image.open(path) as shot:
+            shot = shot.convert("RGB")
+            if shot.width > max_width:
+                shot = shot.resize((max_width, round(shot.height * max_width / shot.width)), Image.LANCZOS)
+            shot.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
     return str(path)
 
 
@@ -162,23 +173,30 @@ def _guide(folder):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     s2 = sample_2d()
-    viewer, widget = _open_viewer(s2.image, s2.spacing, "synthetic nuclei 2D", size=(1200, 760))
-    shots = [_shoot(viewer, folder / "01-open.png")]
+    shoot = partial(_shoot, max_width=1000)
+    viewer, widget = _open_viewer(s2.image, s2.spacing, "synthetic nuclei 2D", size=(1400, 760))
+    shots = [shoot(viewer, folder / "01-open.png")]
     _run(widget, 2.5, preview=True)  # dragged too small: nuclei split into several points
-    shots.append(_shoot(viewer, folder / "02-radius-too-small.png"))
+    shots.append(shoot(viewer, folder / "02-radius-too-small.png"))
     _run(widget, s2.radius)
-    shots.append(_shoot(viewer, folder / "03-run.png"))
-    scores = widget._result.detections.candidate_scores
-    widget.threshold.setValue(float(np.log10(np.quantile(scores[scores > 0], 0.85))))
-    shots.append(_shoot(viewer, folder / "04-threshold.png"))
+    shots.append(shoot(viewer, folder / "03-run.png"))
+    widget.threshold.setValue(widget.threshold.minimum())  # every local maximum, background ones too
+    shots.append(shoot(viewer, folder / "04-threshold.png"))
     viewer.close()
     s3 = sample_3d()
-    viewer, widget = _open_viewer(s3.image, s3.spacing, "synthetic nuclei 3D", size=(1200, 760))
+    crop = s3.image[:, :96, :96]  # a quarter of the sample: the NumPy Run takes about 2 minutes
+    viewer, widget = _open_viewer(crop, s3.spacing, "synthetic nuclei 3D", size=(1400, 760))
+    viewer.dims.set_point(0, 24 * s3.spacing[0])
+    _run(widget, s3.radius, preview=True)  # the slab around plane 24
+    shots.append(shoot(viewer, folder / "05-3d-preview.png"))
     _run(widget, s3.radius)
+    points = widget.points_layer()
+    points.size = points.size / 2  # centres, not nucleus-sized balls, in the dense 3D picture
     viewer.dims.ndisplay = 3
-    viewer.camera.angles = (0, 30, 60)
     viewer.reset_view()
-    shots.append(_shoot(viewer, folder / "05-3d.png"))
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    camera.angles = (5, 35, 60)
+    shots.append(shoot(viewer, folder / "06-3d-view.png"))
     viewer.close()
     for shot in shots:
         _summary(shot)

@@ -172,6 +172,13 @@ class DetectResult:
         return points, np.asarray(detections.scores, dtype=np.float64), float(detections.threshold)
 
 
+def result_kind(result: DetectResult) -> str:
+    """What a result covers, for the status line."""
+    if not result.preview:
+        return "whole image"
+    return "preview of the slab around the displayed plane" if result.offset is not None else "preview"
+
+
 def validate_settings(radius, *, has_image: bool) -> str | None:
     """A message for settings that cannot run, or None when they can."""
     if not has_image:

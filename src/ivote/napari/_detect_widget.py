@@ -231,7 +231,7 @@ class DetectWidget(QWidget):
                                          image_name=image.name, score_range=logic.score_range(self._result))
         logic.show_points(self.viewer.layers, state, Points)
         self.viewer.layers.selection.active = image
-        kind = "preview (slab around the displayed plane)" if self._result.preview else "whole image"
+        kind = logic.result_kind(self._result)
         self._message(f"{len(points)} nuclei ({kind}, {self._result.seconds:.2f} s); score ≥ {applied:.3g}")
 
     def points_layer(self) -> Points | None:

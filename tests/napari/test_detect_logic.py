@@ -1,0 +1,71 @@
+"""Qt-free logic of the Detect nuclei widget: geometry, units, 3D preview slab, layer state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ivote.napari import _detect_logic as logic
+
+
+def test_geometry_units_from_napari_then_metadata_then_pixels():
+    assert logic.image_geometry((10, 20), scale=(0.5, 0.5), units=("micrometer",) * 2).unit == "µm"
+    assert logic.image_geometry((10, 20), scale=(0.5, 0.5), units=("pixel",) * 2, metadata={"units": "um"}).unit == "µm"
+    assert logic.image_geometry((10, 20), units=("pixel",) * 2).unit == "px"
+    assert logic.image_geometry((10, 20), scale=(2.0, 2.0)).unit == "world units"
+
+
+def test_geometry_of_rgb_and_volumes_and_the_message_for_others():
+    rgb = logic.image_geometry((30, 40, 3), rgb=True, scale=(0.25, 0.25))
+    assert rgb.shape == (30, 40) and rgb.ndim == 2 and rgb.scale == (0.25, 0.25)
+    volume = logic.image_geometry((8, 30, 40), scale=(2.0, 0.5, 0.5), translate=(1, 2, 3))
+    assert volume.ndim == 3 and volume.translate == (1.0, 2.0, 3.0)
+    with pytest.raises(ValueError, match="2D, 3D or 2D RGB"):
+        logic.image_geometry((2, 8, 30, 40))
+
+
+def test_radius_range_in_world_units():
+    low, high, default = logic.image_geometry((200, 400), scale=(0.5, 0.5)).radius_range()
+    assert (low, high, default) == (0.5, 25.0, 4.0)
+
+
+@pytest.mark.parametrize("plane, expected", [(10, (6, 15)), (0, (0, 5)), (19, (15, 20)), (-3.0, (0, 5)), (10.4, (6, 15))])
+def test_preview_slab_is_about_2r_thick_around_the_plane(plane, expected):
+    geometry = logic.image_geometry((20, 64, 64), scale=(2.0, 0.5, 0.5))
+    slab, start = logic.preview_slab(geometry, radius=5.0, plane=plane)  # r = 2.5 planes -> +-4
+    assert (slab.start, slab.stop) == expected and start == slab.start
+
+
+def test_validate_settings_messages():
+    assert "image layer" in logic.validate_settings(5.0, has_image=False)
+    assert "larger than 0" in logic.validate_settings(0.0, has_image=True)
+    assert logic.validate_settings(5.0, has_image=True) is None
+
+
+class _FakeDetections:
+    """Stands in for ivote.detect.Detections in the offset test (no detector run)."""
+
+    radius = 5.0
+    candidates = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    candidate_scores = np.array([10.0, 0.5])
+
+    def with_threshold(self, threshold):
+        keep = self.candidate_scores >= (1.0 if threshold == "otsu" else -np.inf if threshold is None else threshold)
+        result = _FakeDetections()
+        result.points, result.scores, result.threshold = self.candidates[keep], self.candidate_scores[keep], 1.0
+        return result
+
+
+def test_slab_points_are_shifted_back_to_the_volume_and_state_is_complete():
+    result = logic.DetectResult(_FakeDetections(), offset=(7, 0, 0), generation=1, preview=True, seconds=0.1)
+    points, scores, _ = result.points("otsu")
+    np.testing.assert_array_equal(points, [[8.0, 2.0, 3.0]])
+    assert logic.log_threshold_range(result) == (np.log10(0.5), 1.0)
+    geometry = logic.image_geometry((20, 64, 64), scale=(2.0, 0.5, 0.5), translate=(0, 5, 5), units=("micrometer",) * 3)
+    state = logic.points_layer_state(geometry, 5.0, points, scores, image_name="cells",
+                                     score_range=logic.score_range(result))
+    assert state["name"] == "nuclei: cells" and state["ndim"] == 3
+    assert state["size"] == 20.0  # diameter 10 µm over 0.5 µm pixels
+    assert state["scale"] == (2.0, 0.5, 0.5) and state["translate"] == (0.0, 5.0, 5.0)
+    np.testing.assert_array_equal(state["features"]["score"], [10.0])
+    assert logic.result_kind(result).startswith("preview of the slab")
