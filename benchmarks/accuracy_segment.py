@@ -71,10 +71,15 @@ def preprocess(image, meta):
 
 
 def geometry(meta):
+    """(spacing, largest and median per-axis radius in physical units). Without a spacing, a 3D
+    dataset whose per-axis radii differ gets the spacing that makes its nuclei round."""
     ndim = meta["ndim"]
-    spacing = tuple(meta["spacing"]) if meta["spacing"] else (1.0,) * ndim
-    r = np.atleast_1d(np.asarray(meta["radius_px"], dtype=float))
-    r = np.broadcast_to(r, (ndim,)) * np.asarray(spacing)
+    r_px = np.broadcast_to(np.atleast_1d(np.asarray(meta["radius_px"], dtype=float)), (ndim,))
+    if meta["spacing"]:
+        spacing = tuple(float(s) for s in meta["spacing"])
+    else:
+        spacing = tuple(float(s) for s in r_px.max() / r_px)
+    r = r_px * np.asarray(spacing)
     return spacing, float(r.max()), float(np.median(r))
 
 
@@ -158,6 +163,11 @@ def run(args):
                 elif seed_name == "detections":
                     rows.append((folder.name, n_images, seed_name, method, "n/a", "n/a", "-"))
         print(f"{folder.name}: done", file=sys.stderr, flush=True)
+        write_table(rows, args, final=False)
+    write_table(rows, args, final=True)
+
+
+def write_table(rows, args, final):
     header = ("dataset", "images", "seeds", "method", "F1@0.5", "mean matched IoU", "time s")
     lines = [
         f"# Segmentation accuracy ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
@@ -170,7 +180,8 @@ def run(args):
     ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     text = "\n".join(lines) + "\n"
-    print(text)
+    if final:
+        print(text)
     if args.out:
         Path(args.out).write_text(text)
 
