@@ -191,11 +191,12 @@ def _guide(folder):
     shots.append(shoot(viewer, folder / "05-3d-preview.png"))
     _run(widget, s3.radius)
     points = widget.points_layer()
-    points.size = points.size / 2  # centres, not nucleus-sized balls, in the dense 3D picture
+    points.size = points.size / 3  # centres, not nucleus-sized balls, in the dense 3D picture
     viewer.dims.ndisplay = 3
     viewer.reset_view()
     camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
-    camera.angles = (5, 35, 60)
+    camera.angles = (5, 35, 60)  # after reset_view, which resets them
+    camera.zoom *= 0.65
     shots.append(shoot(viewer, folder / "06-3d-view.png"))
     viewer.close()
     for shot in shots:

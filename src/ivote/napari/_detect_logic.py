@@ -289,6 +289,11 @@ def show_points(layers, state: dict, points_type):
     layer = layers[name] if name in layers else None
     if not isinstance(layer, points_type):
         layer = points_type(**state)
+        if layer.ndim == 3:
+            try:  # napari >= 0.9: with thick slicing, nuclei of nearby planes show as smaller discs
+                layer.projection_mode = "rescale_spherical"
+            except (ValueError, KeyError):
+                pass
         layers.append(layer)
         return layer
     layer.data = state["data"]  # resizes the features table; the new one follows
