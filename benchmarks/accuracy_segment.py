@@ -110,11 +110,12 @@ def voronoi_otsu_labels(image, seeds, spacing):
     return np.where(mask, nearest, 0).astype(np.int32)
 
 
-def detect_seeds(image, spacing, radius):
+def detect_seeds(image, spacing, radius, backend="auto"):
     """Detections with the detector's defaults; ``radius`` is its largest nucleus radius."""
     if iterative_voting is None:
         return None
-    return np.asarray(iterative_voting(image, radius=radius, spacing=spacing, polarity="bright").points)
+    points = iterative_voting(image, radius=radius, spacing=spacing, polarity="bright", backend=backend).points
+    return np.asarray(points.get() if hasattr(points, "get") else points, dtype=float)
 
 
 def run(args):
@@ -131,9 +132,16 @@ def run(args):
             grey = preprocess(image, meta)
             spacing, largest_radius, median_radius = geometry(meta)
             seed_sets = {"true centres": centers}
-            t0 = time.perf_counter()
-            detected = detect_seeds(grey, spacing, RADIUS_FACTOR * median_radius)
-            times["detect"] = times.get("detect", 0.0) + time.perf_counter() - t0
+            cached = Path(args.detections) / folder.name / f"{image_id}.csv" if args.detections else None
+            if cached is not None and cached.is_file():
+                detected = np.loadtxt(cached, delimiter=",", ndmin=2).reshape(-1, meta["ndim"])
+            else:
+                detected = detect_seeds(grey, spacing, RADIUS_FACTOR * median_radius, args.detect_backend)
+                if cached is not None and detected is not None:
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    np.savetxt(cached, detected, delimiter=",")
+            if args.detections_only:
+                continue
             seed_sets["detections"] = detected
             for seed_name, seeds in seed_sets.items():
                 if seeds is None:
@@ -193,6 +201,10 @@ def main(argv=None):
     parser.add_argument("--datasets", default=None, help="comma-separated subset")
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--backend", default="auto")
+    parser.add_argument("--detections", default=None,
+                        help="folder caching detections as <dataset>/<id>.csv (read when present, else written)")
+    parser.add_argument("--detect-backend", default="auto", help="backend of the detector")
+    parser.add_argument("--detections-only", action="store_true", help="only fill the detections cache")
     parser.add_argument("--out", default=None)
     run(parser.parse_args(argv))
 
