@@ -118,7 +118,35 @@ def detect_seeds(image, spacing, radius, backend="auto"):
     return np.asarray(points.get() if hasattr(points, "get") else points, dtype=float)
 
 
+def _detect_one(task):
+    folder, image_id, cache, backend = task
+    meta = json.loads((Path(folder) / "meta.json").read_text())
+    image = tifffile.imread(Path(folder) / "images" / f"{image_id}.tif")
+    spacing, _, median_radius = geometry(meta)
+    detected = detect_seeds(preprocess(image, meta), spacing, RADIUS_FACTOR * median_radius, backend)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savetxt(cache, detected, delimiter=",")
+    return image_id, len(detected)
+
+
+def fill_detection_cache(args):
+    """Detect on every image not yet in the cache, ``--jobs`` processes at a time."""
+    from multiprocessing import get_context
+
+    tasks = []
+    for folder in sorted(p for p in Path(args.data).iterdir() if (p / "labels").is_dir()):
+        for path in sorted((folder / "labels").glob("*.tif"))[: args.max_images]:
+            cache = Path(args.detections) / folder.name / f"{path.stem}.csv"
+            if not cache.is_file():
+                tasks.append((str(folder), path.stem, cache, args.detect_backend))
+    with get_context("spawn").Pool(args.jobs) as pool:
+        for image_id, n in pool.imap_unordered(_detect_one, tasks):
+            print(f"detected {n} in {image_id}", file=sys.stderr, flush=True)
+
+
 def run(args):
+    if args.detections and args.jobs > 1 and iterative_voting is not None:
+        fill_detection_cache(args)
     data = Path(args.data)
     wanted = set(args.datasets.split(",")) if args.datasets else None
     rows = []
@@ -205,6 +233,7 @@ def main(argv=None):
                         help="folder caching detections as <dataset>/<id>.csv (read when present, else written)")
     parser.add_argument("--detect-backend", default="auto", help="backend of the detector")
     parser.add_argument("--detections-only", action="store_true", help="only fill the detections cache")
+    parser.add_argument("--jobs", type=int, default=1, help="processes filling the detections cache first")
     parser.add_argument("--out", default=None)
     run(parser.parse_args(argv))
 
