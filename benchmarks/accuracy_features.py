@@ -28,13 +28,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy_detect import RADIUS_FACTOR, dataset_geometry, load_dataset  # noqa: E402
+import accuracy_detect  # noqa: E402  (the detection benchmark's geometry and loader, same conventions)
 
 from ivote._backend import backend_name, default_xp  # noqa: E402
 from ivote.detect import iterative_voting  # noqa: E402
 from ivote.features import ConvRBM  # noqa: E402
 from ivote.features._learn import as_grayscale, default_patch_shape  # noqa: E402
 from ivote.metrics import match_points, pooled_precision_recall  # noqa: E402
+
+
+dataset_geometry, load_dataset = accuracy_detect.dataset_geometry, accuracy_detect.load_dataset
+
+
+def radius_factor(ndim: int) -> float:
+    """Voting radius / typical radius, as accuracy_detect.py uses it."""
+    factor = accuracy_detect.RADIUS_FACTOR
+    return float(factor[ndim] if isinstance(factor, dict) else factor)
 
 
 def filter_size(radius_px: float) -> int:
@@ -78,8 +87,8 @@ def main(argv=None) -> int:
         f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
         "",
         f"Device/backend: {backend_name(default_xp())}. ConvRBM: {args.filters} filters, stride {args.stride}, "
-        f"{args.epochs} epochs on tiles of the image itself, lr {args.learning_rate:g}; voting radius "
-        f"{RADIUS_FACTOR} x typical radius; tolerance radius/2; P/R/F1 at Otsu (pooled); AP = area under the "
+        f"{args.epochs} epochs on tiles of the image itself, lr {args.learning_rate:g}; voting radius as "
+        "accuracy_detect.py (RADIUS_FACTOR x typical radius); tolerance radius/2; P/R/F1 at Otsu (pooled); AP = area under the "
         "pooled PR curve.",
         "",
         "| dataset | images | nuclei | filter | blur P | blur R | blur F1 | blur AP | features P | features R "
@@ -102,7 +111,7 @@ def main(argv=None) -> int:
             model, size = fit_on_image(image, meta, radius, args)
             fit_seconds += time.perf_counter() - t0
             for kind, features in (("blur", None), ("features", model)):
-                found = iterative_voting(image, radius=RADIUS_FACTOR * radius, spacing=spacing, polarity=polarity,
+                found = iterative_voting(image, radius=radius_factor(meta["ndim"]) * radius, spacing=spacing, polarity=polarity,
                                          features=features)
                 m = match_points(found.points, centers, tolerance=tol, spacing=spacing)
                 matches[kind] = m if matches[kind] is None else matches[kind] + m

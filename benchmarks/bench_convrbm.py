@@ -73,6 +73,7 @@ def ours(shape, k, s, xp, repeat):
     model = ConvRBM(32, k, stride=s, xp=xp)
     model._initialise(len(shape))
     batch = make_batch(shape, xp)
+    model._geometry(shape)  # picks (times) the FFT shape once, before memory is measured
     xp.fft.config.get_plan_cache().clear()  # plans of earlier cases would count as memory
     free_gpu_memory()
     pool = xp.get_default_memory_pool()
@@ -82,6 +83,36 @@ def ours(shape, k, s, xp, repeat):
     held = pool.total_bytes() - sum(b.nbytes for b in batch) - 2 * model.filters_.nbytes
     seconds = time_gpu(lambda: our_step(model, batch), xp, repeat)
     return seconds / BATCH, held, model.memory_estimate(shape)
+
+
+def breakdown(xp, shape=(128, 128, 128), k=9, s=1, repeat=5):
+    """Time the parts of one CD-1 step (per call, and how often a step makes the call)."""
+    from ivote.features._spectral import (accumulate_gradient, hidden_spectrum, irfftn, noisy_relu, rfftn,
+                                          visible_spectrum)
+
+    model = ConvRBM(32, k, stride=s, xp=xp)
+    model._initialise(len(shape))
+    g = model._geometry(shape)
+    filters = model._filter_spectra(g)
+    visible = model._visible_blocks(make_batch(shape, xp, n=1)[0], g)
+    v_spec = rfftn(visible, g.fft_shape, xp)
+    h_spec = hidden_spectrum(filters, v_spec, xp)
+    maps = xp.zeros((32,) + g.fft_shape, dtype=np.float32)
+    gradient = xp.zeros_like(filters)
+    parts = [
+        ("rfftn, 32 maps", 2, lambda: rfftn(maps, g.fft_shape, xp)),
+        ("irfftn, 32 maps", 2, lambda: irfftn(h_spec.copy(), g.fft_shape, xp, overwrite=True)),
+        ("(copy of 32 spectra, subtract)", -2, lambda: h_spec.copy()),
+        ("hidden_spectrum kernel", 2, lambda: hidden_spectrum(filters, v_spec, xp)),
+        ("visible_spectrum kernel", 1, lambda: visible_spectrum(filters, h_spec, xp)),
+        ("accumulate_gradient kernel", 1, lambda: accumulate_gradient(gradient, h_spec, v_spec, h_spec, v_spec, xp)),
+        ("noisy_relu kernel (hashed noise)", 2, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, 7, xp)),
+        ("one CD-1 step (_cd1, one image)", 0, lambda: model._cd1(visible, g, filters, gradient, 7)),
+    ]
+    print(f"\nbreakdown {'x'.join(map(str, shape))} k{k} s{s}, FFT shape {g.fft_shape}:")
+    for name, calls, fn in parts:
+        ms = time_gpu(fn, xp, repeat) * 1e3
+        print(f"  {name:36s} {ms:7.3f} ms" + (f" x {calls}" if calls else ""), flush=True)
 
 
 def ours_numpy(shape, k, s):
@@ -176,11 +207,14 @@ def main(argv=None):
     parser.add_argument("--no-numpy", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    parser.add_argument("--breakdown", action="store_true", help="first time the parts of the 9^3 step")
     args = parser.parse_args(argv)
     if not cupy_available():
         print("bench_convrbm: needs a CUDA GPU with CuPy")
         return 1
     xp = default_xp()
+    if args.breakdown:
+        breakdown(xp)
     lines = [
         f"# ConvRBM CD-1 step: frequency domain vs cuDNN\n",
         f"device: {backend_name(xp)}; date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "

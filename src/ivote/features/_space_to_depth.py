@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["depth_to_space", "fft_size", "space_to_depth"]
+__all__ = ["depth_to_space", "fft_size", "fft_size_candidates", "space_to_depth"]
 
 
 def fft_size(n: int) -> int:
@@ -36,6 +36,38 @@ def fft_size(n: int) -> int:
             power35 *= 3
         power5 *= 5
     return best
+
+
+def _smallest_multiple(n: int, primes: tuple) -> int:
+    """Smallest m >= n whose prime factors are all in ``primes``."""
+    m = n
+    while True:
+        rest = m
+        for p in primes:
+            while rest % p == 0:
+                rest //= p
+        if rest == 1:
+            return m
+        m += 1
+
+
+def fft_size_candidates(n: int) -> tuple[int, ...]:
+    """FFT lengths worth timing for a minimum length ``n``: the smallest 5-smooth
+    length, the smallest ``2**a 3**b`` length, and a power of two within 15%.
+
+    Examples
+    --------
+    >>> fft_size_candidates(132)
+    (135, 144)
+    >>> fft_size_candidates(66)
+    (72,)
+    """
+    n = int(n)
+    candidates = {fft_size(n), _smallest_multiple(n, (2, 3))}
+    power2 = 2 ** math.ceil(math.log2(n))
+    if power2 <= 1.15 * n:
+        candidates.add(power2)
+    return tuple(sorted(candidates))
 
 
 def space_to_depth(array, stride: int, ndim: int):

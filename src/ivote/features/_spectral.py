@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+import itertools
+import threading
+
 from .._backend import fft_module, get_kernel, index_type
+from ._space_to_depth import fft_size, fft_size_candidates
 
 __all__ = [
     "accumulate_gradient",
+    "fastest_fft_shape",
     "hidden_spectrum",
     "irfftn",
     "noisy_relu",
@@ -44,6 +49,55 @@ def irfftn(x, shape, xp, *, overwrite=False):
     if xp is np:
         return fft.irfftn(x, s=shape, axes=axes, workers=-1, overwrite_x=overwrite)
     return fft.irfftn(x, s=shape, axes=axes, overwrite_x=overwrite)
+
+
+_tuned: dict = {}
+_tuned_lock = threading.Lock()
+
+
+def fastest_fft_shape(minimum_shape, batch: int, dtype, xp) -> tuple[int, ...]:
+    """The FFT shape for transforms of ``batch`` real maps of at least ``minimum_shape``.
+
+    NumPy: the smallest ``2**a 3**b 5**c`` length per axis. CuPy: the fastest
+    combination of :func:`fft_size_candidates` per axis, timed once per GPU
+    (one forward and one inverse batched transform each, after a warm-up; a
+    few hundred milliseconds at first use, like ``cudnn.benchmark``) and
+    memoized. cuFFT is often faster on a slightly larger length of radix 2 and
+    3 than on the smallest one with a factor 5.
+    """
+    minimum_shape = tuple(int(n) for n in minimum_shape)
+    smallest = tuple(fft_size(n) for n in minimum_shape)
+    if xp is np:
+        return smallest
+    options = list(itertools.product(*(fft_size_candidates(n) for n in minimum_shape)))
+    if len(options) == 1:
+        return options[0]
+    key = (minimum_shape, int(batch), np.dtype(dtype).name, xp.cuda.Device().id)
+    with _tuned_lock:
+        if key in _tuned:
+            return _tuned[key]
+        best, best_time = smallest, float("inf")
+        start, stop = xp.cuda.Event(), xp.cuda.Event()
+        for shape in options:
+            try:
+                maps = xp.zeros((int(batch),) + shape, dtype=dtype)
+                irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True)  # plans, warm-up
+                start.record()
+                for _ in range(2):
+                    irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True)
+                stop.record()
+                stop.synchronize()
+                seconds = xp.cuda.get_elapsed_time(start, stop)
+            except Exception:  # out of memory for a larger candidate: skip it
+                continue
+            finally:
+                maps = None
+            if seconds < best_time:
+                best, best_time = shape, seconds
+        xp.fft.config.get_plan_cache().clear()  # trial plans hold GPU work areas
+        xp.get_default_memory_pool().free_all_blocks()
+        _tuned[key] = best
+    return best
 
 
 def _kernel(name, array, real):
@@ -112,11 +166,17 @@ def noisy_relu(pre_activation, bias, box, noise, xp):
     ``max(0, mu + sqrt(sigm(mu)) * noise)`` with ``mu = pre_activation + bias[k]``
     (Nair & Hinton's noisy rectified linear unit, noise of variance ``sigm(mu)``);
     ``noise=None`` gives the expectation used for inference, ``max(0, mu)``.
+    ``noise`` is an array of standard normal numbers, or an integer seed: on
+    CuPy the kernel then makes its own counter-based normals (no noise array),
+    on NumPy they come from ``numpy.random.default_rng(seed)``.
     ``box`` is the hidden extent inside the padded FFT shape.
     """
     n_filters = pre_activation.shape[0]
     spatial = pre_activation.shape[1:]
+    seeded = noise is not None and np.ndim(noise) == 0
     if xp is np:
+        if seeded:
+            noise = np.random.default_rng(int(noise)).standard_normal(pre_activation.shape, dtype=pre_activation.dtype)
         mu = pre_activation + bias.reshape((n_filters,) + (1,) * len(spatial))
         if noise is not None:
             mu = mu + np.sqrt(_sigmoid(mu)) * noise
@@ -129,9 +189,10 @@ def noisy_relu(pre_activation, bias, box, noise, xp):
     out = xp.empty_like(pre_activation)
     kernel, index = _kernel("noisy_relu", pre_activation, pre_activation.dtype)
     bias = xp.ascontiguousarray(bias, dtype=pre_activation.dtype)
-    use_noise = noise is not None
-    noise_arg = xp.ascontiguousarray(noise, dtype=pre_activation.dtype) if use_noise else pre_activation
+    mode = 0 if noise is None else (2 if seeded else 1)
+    noise_arg = xp.ascontiguousarray(noise, dtype=pre_activation.dtype) if mode == 1 else pre_activation
+    seed = np.uint64(int(noise) % 2**64) if seeded else np.uint64(0)
     _launch(kernel, out.size,
-            (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(use_noise), np.int32(n_filters),
+            (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(mode), seed, np.int32(n_filters),
              np.int32(pz), np.int32(py), np.int32(px), np.int32(bz), np.int32(by), np.int32(bx)))
     return out

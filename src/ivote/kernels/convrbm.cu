@@ -88,16 +88,37 @@ __global__ void ivote_convrbm_accumulate_gradient(ivote_complex<T>* __restrict__
     gradient[i] = g;
 }
 
+// ivote_convrbm_normal: a standard normal number from (seed, index), counter-based
+// (SplitMix64 hash -> two 24-bit uniforms -> Box-Muller), so no noise array has
+// to be generated, stored and read back. __host__ too, for a CPU check.
+__host__ __device__ inline unsigned long long ivote_convrbm_splitmix64(unsigned long long x)
+{
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+__host__ __device__ inline float ivote_convrbm_normal(unsigned long long seed, unsigned long long index)
+{
+    unsigned long long bits = ivote_convrbm_splitmix64(seed ^ ivote_convrbm_splitmix64(index));
+    float u1 = ((float)(bits >> 40) + 0.5f) * 5.9604645e-8f;  // (0, 1), 2**-24 steps
+    float u2 = ((float)(bits & 0xFFFFFFULL) + 0.5f) * 5.9604645e-8f;
+    return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+
 // ivote_convrbm_noisy_relu<T, I>:
 //   in place on pre-activations mu (n_filters, pz, py, px) without bias:
 //   mu' = mu + bias[k]; mean = max(0, mu'); sample = max(0, mu' + sqrt(sigm(mu')) * noise)
 //   where (z, y, x) lies in the hidden box [0, bz) x [0, by) x [0, bx), else 0.
-//   `noise` is standard normal; use_noise == 0 writes the mean into `sample`.
+//   noise_mode 0: the mean; 1: `noise` holds standard normal numbers (the
+//   NumPy reference's); 2: counter-based normals from `seed` (training).
 //   2D images use pz = bz = 1.
 template <typename T, typename I>
 __global__ void ivote_convrbm_noisy_relu(const T* __restrict__ mu, const T* __restrict__ bias,
-                                         const T* __restrict__ noise, T* __restrict__ sample, int use_noise,
-                                         int n_filters, int pz, int py, int px, int bz, int by, int bx)
+                                         const T* __restrict__ noise, T* __restrict__ sample, int noise_mode,
+                                         unsigned long long seed, int n_filters, int pz, int py, int px, int bz,
+                                         int by, int bx)
 {
     I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
     I plane = (I)py * px;
@@ -112,9 +133,10 @@ __global__ void ivote_convrbm_noisy_relu(const T* __restrict__ mu, const T* __re
     T out = 0;
     if (z < bz && y < by && x < bx) {
         T m = mu[i] + bias[k];
-        if (use_noise) {
+        if (noise_mode != 0) {
             T sigm = (T)1 / ((T)1 + exp(-m));
-            m += sqrt(sigm) * noise[i];
+            T normal = noise_mode == 1 ? noise[i] : (T)ivote_convrbm_normal(seed, (unsigned long long)i);
+            m += sqrt(sigm) * normal;
         }
         out = m > (T)0 ? m : (T)0;
     }
