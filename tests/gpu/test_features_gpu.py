@@ -74,3 +74,29 @@ def test_fit_on_gpu_lowers_error_and_round_trips(tmp_path):
     detection = model.detection_input(image)
     assert detection.shape == image.shape
     assert _backend.is_device_array(detection)
+
+
+def test_hashed_noise_is_standard_normal():
+    from ivote.features._spectral import noisy_relu
+
+    cp = _backend.default_xp()
+    zeros = cp.zeros((4, 64, 64, 64), dtype=np.float32)
+    bias = cp.zeros(4, dtype=np.float32)
+    sample = noisy_relu(zeros, bias, (60, 64, 50), 1234, cp)
+    inside = _backend.to_host(sample[:, :60, :, :50])
+    # mu = 0: h = max(0, sqrt(1/2) z), so half are zero and the mean is sqrt(1/2) / sqrt(2 pi)
+    assert abs((inside == 0).mean() - 0.5) < 0.005
+    assert abs(inside.mean() - np.sqrt(0.5) / np.sqrt(2 * np.pi)) < 0.005
+    assert float(abs(sample[:, 60:]).max()) == 0 and float(abs(sample[..., 50:]).max()) == 0
+    other = _backend.to_host(noisy_relu(zeros, bias, (60, 64, 50), 1235, cp)[:, :60, :, :50])
+    assert abs(np.corrcoef(inside.ravel(), other.ravel())[0, 1]) < 0.01
+
+
+def test_fft_shape_is_timed_among_candidates():
+    from ivote.features._space_to_depth import fft_size_candidates
+    from ivote.features._spectral import fastest_fft_shape
+
+    cp = _backend.default_xp()
+    shape = fastest_fft_shape((132, 66, 132), 8, np.float32, cp)
+    assert shape[0] in fft_size_candidates(132) and shape[1] == 72 and shape[2] in fft_size_candidates(132)
+    assert fastest_fft_shape((132, 66, 132), 8, np.float32, cp) == shape  # memoized
