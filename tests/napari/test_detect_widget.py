@@ -10,6 +10,7 @@ import pytest
 napari = pytest.importorskip("napari")
 pytest.importorskip("pytestqt")
 
+import ivote._backend  # noqa: E402
 import ivote.detect  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 from ivote.napari._detect_widget import DetectWidget  # noqa: E402
@@ -148,19 +149,27 @@ def test_live_preview_debounces_and_3d_uses_a_slab(make_widget, nuclei_3d, qtbot
     assert len(layer.data) and np.all(np.abs(layer.data[:, 0] - 8) <= half)
 
 
-def test_cancel_leaves_no_layer_and_no_error(make_widget, nuclei_2d, qtbot, monkeypatch):
-    sample, translate = nuclei_2d
-    viewer, widget = make_widget(sample, translate)
+@pytest.fixture
+def slow_detector(monkeypatch):
+    """Make every voting pass 0.3 s longer (a long run); count GPU-memory releases."""
     real = ivote.detect.iterative_voting
+    freed = []
 
     def slow(*args, iter_callback=None, **kwargs):
         def callback(index, n_passes):
-            time.sleep(0.3)  # a long run
+            time.sleep(0.3)
             iter_callback(index, n_passes)
 
         return real(*args, iter_callback=callback, **kwargs)
 
     monkeypatch.setattr(ivote.detect, "iterative_voting", slow)
+    monkeypatch.setattr(ivote._backend, "free_gpu_memory", lambda: freed.append(1))
+    return freed
+
+
+def test_cancel_leaves_no_layer_and_no_error(make_widget, nuclei_2d, qtbot, slow_detector):
+    sample, translate = nuclei_2d
+    viewer, widget = make_widget(sample, translate)
     with qtbot.waitSignal(widget.progressed, timeout=TIMEOUT_MS):
         widget.run()
     widget.cancel_button.click()
@@ -169,6 +178,22 @@ def test_cancel_leaves_no_layer_and_no_error(make_widget, nuclei_2d, qtbot, monk
     assert not any(isinstance(layer, napari.layers.Points) for layer in viewer.layers)
     assert widget.status.text() == "cancelled"
     assert not widget.cancel_button.isEnabled()
+    assert slow_detector == [1]  # GPU memory released after the cancelled run too
+
+
+def test_stale_results_are_dropped(make_widget, nuclei_2d, qtbot, slow_detector):
+    sample, translate = nuclei_2d
+    viewer, widget = make_widget(sample, translate)
+    applied = []
+    widget.finished_result.connect(applied.append)
+    with qtbot.waitSignal(widget.progressed, timeout=TIMEOUT_MS):
+        widget.run()
+    widget.radius.setValue(0.8 * sample.radius)  # new settings while the first run is busy
+    widget.run()
+    qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
+    qtbot.wait(50)
+    assert len(applied) == 1 and applied[0].detections.radius == pytest.approx(0.8 * sample.radius)
+    assert viewer.layers["nuclei: cells"].metadata["radius"] == pytest.approx(0.8 * sample.radius)
 
 
 def test_export_then_read_restores_points_scores_scale(make_widget, nuclei_2d, qtbot, tmp_path):
