@@ -78,12 +78,12 @@ def kernel_bandwidth(image, seeds, radius, spacing, launches=200):
     phi = _segment._initial_level_sets(seeds, batch, 0.5 * radius, xp)
     pose = fit_poses((phi > 0) & batch.valid, moment_features(batch.box_shape, batch.spacing, xp), batch.spacing,
                      batch.prior, xp)
-    stepper = CudaStepper(batch, block_length=25, use_graph=False)
-    stepper.run(phi, pose, 25)
-    stepper.steps_only(10, start=26)
+    stepper = CudaStepper(batch, block_length=50, use_graph=False)
+    stepper.run(phi, pose, 50)
+    stepper.steps_only(10, start=51)
     start, end = xp.cuda.Event(), xp.cuda.Event()
     start.record()
-    stepper.steps_only(launches, start=36)
+    stepper.steps_only(launches, start=61)
     end.record()
     end.synchronize()
     per_launch = xp.cuda.get_elapsed_time(start, end) / 1e3 / launches
@@ -153,7 +153,11 @@ def main(argv=None):
     copy_bw = copy_bandwidth()
     rows = []
     for case in cases:
-        rows.append(run_case(*case, copy_bw))
+        try:
+            rows.append(run_case(*case, copy_bw))
+        except Exception as exc:  # report the case and go on with the next one
+            print(f"case {case[0]} failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
         print(rows[-1], flush=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     lines = [

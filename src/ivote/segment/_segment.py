@@ -164,28 +164,73 @@ def _initial_level_sets(seeds, batch, init_radius, xp):
     return (np.float32(init_radius) - xp.sqrt(d2)).astype(xp.float32)
 
 
+# cupyx's PBA distance transforms pad to a square/cube of the largest side and (3D) pack
+# coordinates in 10 bits: mosaics are kept near-square/cubic and below these sides
+_MAX_MOSAIC_SIDE = {2: 8192, 3: 1000}
+
+
+def _mosaic(boxes, gaps, counts, xp):
+    """Lay ``boxes`` (n, *box) on a grid of ``counts`` boxes per axis, each followed by
+    ``gaps`` cells of background along every axis: one near-square/cubic image."""
+    n, box = boxes.shape[0], boxes.shape[1:]
+    ndim = len(box)
+    total = int(np.prod(counts))
+    padded = xp.pad(boxes, [(0, total - n)] + [(0, g) for g in gaps])
+    cell = padded.shape[1:]
+    grid = padded.reshape(tuple(counts) + cell)
+    order = [k for axis in range(ndim) for k in (axis, ndim + axis)]
+    return grid.transpose(order).reshape(tuple(c * s for c, s in zip(counts, cell)))
+
+
+def _unmosaic(image, n, box, gaps, counts, xp):
+    ndim = len(box)
+    cell = tuple(b + g for b, g in zip(box, gaps))
+    split = image.reshape(tuple(v for c, s in zip(counts, cell) for v in (c, s)))
+    order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
+    boxes = split.transpose(order).reshape((-1,) + cell)
+    return boxes[(slice(0, n),) + tuple(slice(0, b) for b in box)]
+
+
+def _distances(inside, batch, clip, xp):
+    """Exact distances (physical units) from every inside cell to the nearest outside cell
+    and from every outside cell to the nearest inside cell of the same box (clipped)."""
+    ndimage = ndimage_module(xp)
+    n, box = inside.shape[0], inside.shape[1:]
+    ndim = len(box)
+    gaps = tuple(int(math.ceil(clip / h)) + 1 for h in batch.spacing)
+    cell = max(b + g for b, g in zip(box, gaps))
+    per_side = max(1, _MAX_MOSAIC_SIDE[ndim] // cell)
+    chunk = per_side**ndim
+    d_in, d_out = [], []
+    for start in range(0, n, chunk):
+        part = inside[start : start + chunk]
+        m = part.shape[0]
+        side = int(math.ceil(m ** (1.0 / ndim) - 1e-9))
+        counts = [side] * ndim
+        for axis in range(ndim):  # drop whole rows of the grid that would stay empty
+            while counts[axis] > 1 and int(np.prod(counts)) // counts[axis] * (counts[axis] - 1) >= m:
+                counts[axis] -= 1
+        mosaic = _mosaic(part, gaps, counts, xp)
+        d_in.append(_unmosaic(ndimage.distance_transform_edt(mosaic, sampling=batch.spacing), m, box, gaps, counts, xp))
+        d_out.append(_unmosaic(ndimage.distance_transform_edt(~mosaic, sampling=batch.spacing), m, box, gaps, counts, xp))
+    d_in = xp.concatenate(d_in).astype(xp.float32)
+    d_out = xp.minimum(xp.concatenate(d_out).astype(xp.float32), np.float32(clip))
+    return d_in, d_out
+
+
 def _reinitialise(phi, batch, clip, xp):
     """Exact signed distance to the current fronts (EDT of the inside and of the outside).
 
-    The boxes are laid end to end along their first axis with ``gap`` cells of
-    background between them, so one 2D/3D distance transform serves all objects;
+    All boxes are tiled into one near-square (2D) or near-cubic (3D) mosaic with
+    background gaps between them, so two distance transforms serve all objects;
     distances through a gap exceed ``clip`` and are clipped away.
     """
-    ndimage = ndimage_module(xp)
-    n = phi.shape[0]
     inside = (phi > 0) & batch.valid
     if not bool(inside.any()):
         return xp.full(phi.shape, -np.float32(clip), dtype=xp.float32)
-    gap = int(math.ceil(clip / batch.spacing[0])) + 1
-    b0 = batch.box_shape[0]
-    pad = [(0, 0), (0, gap)] + [(0, 0)] * (phi.ndim - 2)
-    mosaic = xp.pad(inside, pad).reshape((n * (b0 + gap),) + batch.box_shape[1:])
-    d_in = ndimage.distance_transform_edt(mosaic, sampling=batch.spacing)
-    d_out = ndimage.distance_transform_edt(~mosaic, sampling=batch.spacing)
-    unmosaic = lambda d: d.reshape((n, b0 + gap) + batch.box_shape[1:])[:, :b0].astype(xp.float32)  # noqa: E731
-    d_in, d_out = unmosaic(d_in), unmosaic(d_out)
+    d_in, d_out = _distances(inside, batch, clip, xp)
     half = np.float32(0.5)
-    sdf = xp.where(inside, d_in - half, -(xp.minimum(d_out, np.float32(clip)) - half))
+    sdf = xp.where(inside, d_in - half, -(d_out - half))
     # cells next to the front keep their sub-pixel position, phi / |grad phi|; otherwise a
     # front that moved less than a pixel since the last reinitialisation would be put back
     ndim = phi.ndim - 1
@@ -256,7 +301,7 @@ def segment_nuclei(
     overlap_weight: float = DEFAULT_WEIGHTS["omega"],
     init_radius: float = 0.5,
     box_factor: float = 1.5,
-    reinit_every: int = 25,
+    reinit_every: int = 50,
     tol: float = 1e-3,
     min_contrast: float = 0.1,
     merge_solidity: float = 0.9,
