@@ -68,4 +68,23 @@ def test_slab_points_are_shifted_back_to_the_volume_and_state_is_complete():
     assert state["size"] == 20.0  # diameter 10 µm over 0.5 µm pixels
     assert state["scale"] == (2.0, 0.5, 0.5) and state["translate"] == (0.0, 5.0, 5.0)
     np.testing.assert_array_equal(state["features"]["score"], [10.0])
-    assert logic.result_kind(result).startswith("preview of the slab")
+    assert logic.result_kind(result, geometry).startswith("preview of the slab")
+
+
+def test_preview_window_whole_plane_within_budget_and_slab_in_3d():
+    volume = logic.image_geometry((20, 64, 64), scale=(2.0, 0.5, 0.5))
+    window, offset = logic.preview_window(volume, 5.0, plane=10, view=None, max_plane_pixels=None)
+    assert window == (slice(6, 15), slice(0, 64), slice(0, 64)) and offset == (6, 0, 0)
+    tile = logic.image_geometry((64, 64))
+    assert logic.preview_window(tile, 5.0, max_plane_pixels=64 * 64) == ((slice(0, 64), slice(0, 64)), (0, 0))
+
+
+def test_preview_window_of_a_big_plane_follows_the_view():
+    tile = logic.image_geometry((1000, 2000))
+    window, offset = logic.preview_window(tile, 5.0, view=[[0, 1800], [199, 1999]], max_plane_pixels=300 * 300)
+    assert window == (slice(0, 300), slice(1700, 2000)) and offset == (0, 1700)  # clipped at the corner
+    window, _ = logic.preview_window(tile, 5.0, view=np.zeros((2, 2)), max_plane_pixels=300 * 300)
+    assert window == (slice(350, 650), slice(850, 1150))  # unknown view: the centre
+    thin = logic.image_geometry((100, 5000))
+    window, _ = logic.preview_window(thin, 5.0, view=None, max_plane_pixels=300 * 300)
+    assert window[0] == slice(0, 100) and window[1].stop - window[1].start == 900

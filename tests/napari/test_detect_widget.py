@@ -232,3 +232,19 @@ def test_bad_settings_give_a_message_not_a_traceback(make_widget, nuclei_2d, qtb
     widget.image_combo.setCurrentText("4d")
     assert "2D, 3D or 2D RGB" in widget.status.text()
     assert not any(isinstance(layer, napari.layers.Points) for layer in viewer.layers)
+
+
+def test_preview_of_a_big_plane_is_a_window_around_the_view(make_widget, nuclei_2d, qtbot, monkeypatch, to_world):
+    from ivote.napari import _detect_logic
+
+    monkeypatch.setattr(_detect_logic, "preview_plane_budget", lambda: 128 * 128)  # as NumPy on a big image
+    sample, translate = nuclei_2d
+    viewer, widget = make_widget(sample, translate)
+    result = run_and_wait(qtbot, widget, preview=True)
+    assert result.window_shape == (128, 128) and "128x128 window" in widget.status.text()
+    layer = viewer.layers["nuclei: cells"]
+    low, high = np.asarray(result.offset), np.asarray(result.offset) + 128
+    assert len(layer.data) and np.all((layer.data >= low) & (layer.data < high))
+    run_and_wait(qtbot, widget)  # Run: the whole image
+    assert widget._result.window_shape is None and "whole image" in widget.status.text()
+    assert f1_in_world(layer, sample, translate, to_world) >= 0.95

@@ -126,6 +126,57 @@ def preview_slab(geometry: ImageGeometry, radius: float, plane: float) -> tuple[
     return slice(start, stop), start
 
 
+PREVIEW_PLANE_PIXELS_NUMPY = 384 * 384
+"""Largest y-x area a live preview computes on NumPy (about 5 s); the GPU previews whole planes."""
+
+
+def preview_plane_budget() -> int | None:
+    """Pixels per plane a live preview may compute: None (no limit) on a GPU."""
+    from .._backend import default_xp
+
+    return None if default_xp() is not np else PREVIEW_PLANE_PIXELS_NUMPY
+
+
+def preview_window(geometry: ImageGeometry, radius: float, *, plane=None, view=None, max_plane_pixels=None):
+    """The part of the image a live preview computes on, and its pixel offset.
+
+    Along z (3D), the slab of :func:`preview_slab` around ``plane``. Along y and
+    x, the whole plane, or, when it has more than ``max_plane_pixels`` pixels,
+    a window of that area centred on the visible part of the image (``view``:
+    napari's ``corner_pixels`` of the layer, ``[[y0, x0], [y1, x1]]`` in data
+    pixels, inclusive; None or all zeros when unknown). Run always computes
+    the whole image.
+
+    Returns
+    -------
+    window : tuple of slice
+        One slice per spatial axis (an RGB axis is left whole).
+    offset : tuple of int
+        Pixel position of the window's first pixel, added to its points.
+    """
+    window, offset = [], []
+    if geometry.ndim == 3:
+        slab, start = preview_slab(geometry, radius, plane if plane is not None else geometry.shape[0] // 2)
+        window.append(slab)
+        offset.append(start)
+    plane_shape = np.asarray(geometry.shape[-2:])
+    size = plane_shape.copy()
+    if max_plane_pixels is not None and plane_shape.prod() > max_plane_pixels:
+        size = np.minimum(plane_shape, math.isqrt(int(max_plane_pixels)))
+        short = int(np.argmin(size))  # a thin image: the long axis gets the rest of the budget
+        size[1 - short] = min(plane_shape[1 - short], int(max_plane_pixels) // size[short])
+    view = None if view is None else np.asarray(view, dtype=float).reshape(2, -1)[:, -2:]
+    if view is None or not view.any():
+        centre = plane_shape / 2.0
+    else:
+        centre = (np.clip(view[0], 0, plane_shape - 1) + np.clip(view[1], 0, plane_shape - 1) + 1) / 2.0
+    start = np.clip(np.round(centre - size / 2.0).astype(int), 0, plane_shape - size)
+    for lo, n in zip(start, size):
+        window.append(slice(int(lo), int(lo + n)))
+        offset.append(int(lo))
+    return tuple(window), tuple(offset)
+
+
 @dataclass(frozen=True)
 class DetectRequest:
     """Everything a worker needs: the pixels (whole image or slab) and the settings."""
@@ -159,6 +210,8 @@ class DetectResult:
     generation: int
     preview: bool
     seconds: float
+    window_shape: tuple[int, ...] | None = None
+    """Spatial shape of the part of the image computed (a preview window), or None."""
 
     def points(self, threshold="otsu") -> tuple[np.ndarray, np.ndarray, float]:
         """(points in full-image pixels, scores, applied threshold) for ``threshold``.
@@ -172,11 +225,16 @@ class DetectResult:
         return points, np.asarray(detections.scores, dtype=np.float64), float(detections.threshold)
 
 
-def result_kind(result: DetectResult) -> str:
+def result_kind(result: DetectResult, geometry: ImageGeometry) -> str:
     """What a result covers, for the status line."""
     if not result.preview:
         return "whole image"
-    return "preview of the slab around the displayed plane" if result.offset is not None else "preview"
+    parts = []
+    if geometry.ndim == 3:
+        parts.append("the slab around the displayed plane")
+    if result.window_shape is not None and tuple(result.window_shape[-2:]) != geometry.shape[-2:]:
+        parts.append("a {}x{} window around the view".format(*result.window_shape[-2:]))
+    return "preview" + (" of " + ", ".join(parts) if parts else "")
 
 
 def validate_settings(radius, *, has_image: bool) -> str | None:
@@ -217,7 +275,9 @@ def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
         )
     finally:
         free_gpu_memory()
-    return DetectResult(detections, request.offset, request.generation, request.preview, time.perf_counter() - start)
+    window = tuple(request.image.shape[: len(request.spacing)])  # without an RGB axis
+    return DetectResult(detections, request.offset, request.generation, request.preview,
+                        time.perf_counter() - start, window if request.offset is not None else None)
 
 
 def score_range(result: DetectResult) -> tuple[float, float]:

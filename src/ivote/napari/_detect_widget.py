@@ -126,10 +126,11 @@ class DetectWidget(QWidget):
             return self._message(message, error=True)
         data = layer.data[0] if layer.multiscale else layer.data
         offset = None
-        if preview and self._geometry.ndim == 3:
-            plane = layer.world_to_data(self.viewer.dims.point)[0]
-            slab, start = logic.preview_slab(self._geometry, radius, plane)
-            data, offset = data[slab], (start, 0, 0)
+        if preview:  # 3D: a slab around the displayed plane; big planes: a window around the view
+            plane = layer.world_to_data(self.viewer.dims.point)[0] if self._geometry.ndim == 3 else None
+            window, offset = logic.preview_window(self._geometry, radius, plane=plane, view=layer.corner_pixels,
+                                                  max_plane_pixels=logic.preview_plane_budget())
+            data = data[window]
         self._generation += 1
         return logic.DetectRequest(np.asarray(data), radius, self._geometry.scale, self.polarity.currentText(),
                                    self.blur.value() or None, offset, self._generation, preview)
@@ -231,7 +232,7 @@ class DetectWidget(QWidget):
                                          image_name=image.name, score_range=logic.score_range(self._result))
         logic.show_points(self.viewer.layers, state, Points)
         self.viewer.layers.selection.active = image
-        kind = logic.result_kind(self._result)
+        kind = logic.result_kind(self._result, self._geometry)
         self._message(f"{len(points)} nuclei ({kind}, {self._result.seconds:.2f} s); score ≥ {applied:.3g}")
 
     def points_layer(self) -> Points | None:
