@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import statistics
 import sys
 import time
@@ -30,9 +31,14 @@ from ivote.data import synthetic_nuclei
 from ivote.detect import iterative_voting
 
 
+@functools.lru_cache(maxsize=2)
+def _tile(ndim: int, base: int, radius: float) -> np.ndarray:
+    return synthetic_nuclei((base,) * ndim, radius=radius, seed=7).image
+
+
 def make_image(ndim: int, size: int, radius: float) -> np.ndarray:
     base = 1024 if ndim == 2 else 256
-    tile = synthetic_nuclei((base,) * ndim, radius=radius, seed=7).image
+    tile = _tile(ndim, base, radius)
     reps = size // base
     return np.ascontiguousarray(np.tile(tile, (reps,) * ndim)) if reps > 1 else tile
 

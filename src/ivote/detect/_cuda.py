@@ -23,7 +23,9 @@ _OPTIONS = ("--fmad=false",)  # round like NumPy: see the header of ivote.cu
 def _module(ndim: int, index: str):
     names = tuple(
         f"{kernel}<{ndim}, {index}>"
-        for kernel in ("ivote_gradient_magnitude", "ivote_initial_directions", "ivote_vote", "ivote_turn")
+        for kernel in (
+            "ivote_gradient_max", "ivote_quantise_weights", "ivote_initial_directions", "ivote_vote", "ivote_turn"
+        )
     )
     module = load_module("ivote", name_expressions=names, options=_OPTIONS)
     return {name.split("<")[0]: module.get_function(name) for name in names}
@@ -38,8 +40,15 @@ def _grid(n: int) -> tuple[int]:
 
 
 def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
-    """The vote field V (uint32 CuPy array, image shape) after the last pass."""
+    """The vote field V (uint32 CuPy array, image shape) after the last pass.
+
+    ``smoothed`` may be a one-element list holding the image: it is then taken
+    out, so that its memory is freed as soon as the voters are set up.
+    """
+    if isinstance(smoothed, list):
+        smoothed = smoothed.pop()
     xp = get_array_module(smoothed)
+    smoothed = xp.ascontiguousarray(smoothed, dtype=np.float64)
     ndim = plan.ndim
     index = "int" if smoothed.size < 2**31 else "long long"
     index_dtype = np.int32 if index == "int" else np.int64
@@ -49,25 +58,23 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
     spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
     window = tuple(np.int32(w) for w in (0,) * (3 - ndim) + plan.window)
     size = smoothed.size
-    smoothed = xp.ascontiguousarray(smoothed, dtype=np.float64)
 
     # weights: the gradient magnitude quantised exactly as in _reference.prepare_voters
-    magnitude = xp.empty_like(smoothed)
+    image_geometry = (np.int32(Z), np.int32(Y), np.int32(X), *map(np.float64, spacing64))
     size_arg = np.int32(size) if index == "int" else np.int64(size)
-    kernels["ivote_gradient_magnitude"](
-        (min(_grid(size)[0], 65535 * 4),), (_BLOCK,),
-        (smoothed, magnitude, size_arg, np.int32(Z), np.int32(Y), np.int32(X), *map(np.float64, spacing64)),
-    )
-    largest = float(magnitude.max())  # host sync (before the passes)
+    grid = (min(_grid(size)[0], 2048),)
+    largest_bits = xp.zeros(1, dtype=np.uint64)
+    kernels["ivote_gradient_max"](grid, (_BLOCK,), (smoothed, size_arg, *image_geometry, largest_bits))
     votes = xp.zeros(smoothed.shape, dtype=np.uint32)
-    if largest == 0:
+    if int(largest_bits[0]) == 0:  # host sync (before the passes): a flat image has no voter
         return votes
-    xp.multiply(magnitude, plan.weight_scale / largest, out=magnitude)
-    magnitude += 0.5
-    xp.floor(magnitude, out=magnitude)
-    voters = xp.flatnonzero(magnitude >= plan.min_weight).astype(index_dtype)  # host sync
-    weights = magnitude.ravel()[voters].astype(np.uint32)
-    del magnitude
+    weights = xp.empty(smoothed.shape, dtype=np.uint16)
+    kernels["ivote_quantise_weights"](
+        grid, (_BLOCK,),
+        (smoothed, size_arg, *image_geometry, largest_bits, np.float64(plan.weight_scale), weights),
+    )
+    voters = xp.flatnonzero(weights >= plan.min_weight).astype(index_dtype)  # host sync
+    weights = weights.ravel()[voters].astype(np.uint32)
     n_voters = int(voters.size)
     directions = xp.empty((n_voters, ndim), dtype=np.int16)
     if n_voters:

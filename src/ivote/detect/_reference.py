@@ -112,7 +112,12 @@ def _as_float32_axes(directions):
 
 
 def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None) -> np.ndarray:
-    """The vote field V (uint32, image shape) after the last pass."""
+    """The vote field V (uint32, image shape) after the last pass.
+
+    ``smoothed`` may be a one-element list holding the image (taken out of it).
+    """
+    if isinstance(smoothed, list):
+        smoothed = smoothed.pop()
     voters, weights, directions = prepare_voters(smoothed, plan, sign)
     frame = _Voters(voters, smoothed.shape, plan)
     votes = np.zeros(frame.size, dtype=np.int64)

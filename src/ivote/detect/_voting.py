@@ -293,8 +293,9 @@ def iterative_voting(
             from ._reference import run_passes
         else:
             from ._cuda import run_passes
-        votes = run_passes(smoothed, plan, sign, iter_callback)
+        holder = [smoothed]  # run_passes takes the only reference and frees it early
         del smoothed
+        votes = run_passes(holder, plan, sign, iter_callback)
         coords, values = _local_maxima(votes, plan, xp)
         n_passes = plan.n_passes
     else:  # constant image: no gradient, no voter, no cell

@@ -36,15 +36,36 @@ __device__ __forceinline__ void ivote_gradient_at(const double* f, Index idx, in
     g[2] = ivote_diff(f, idx, 1, x, X, sx);
 }
 
-// ivote_gradient_magnitude<NDIM, Index>: magnitude[i] = |grad f| at every pixel.
+// ivote_gradient_max<NDIM, Index>: *largest = max |grad f| over the image, as
+// the bits of a non-negative double (ordered like unsigned integers), so the
+// atomic maximum is exact in any order.
 template <int NDIM, typename Index>
-__global__ void ivote_gradient_magnitude(const double* __restrict__ f, double* __restrict__ magnitude,
-                                         Index size, int Z, int Y, int X, double sz, double sy, double sx)
+__global__ void ivote_gradient_max(const double* __restrict__ f, Index size, int Z, int Y, int X, double sz,
+                                   double sy, double sx, unsigned long long* __restrict__ largest)
 {
+    double local = 0.0;
     for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (Index)blockDim.x * gridDim.x) {
         double g[3];
         ivote_gradient_at<NDIM, Index>(f, i, Z, Y, X, sz, sy, sx, g);
-        magnitude[i] = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
+        const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
+        if (magnitude > local) local = magnitude;
+    }
+    atomicMax(largest, (unsigned long long)__double_as_longlong(local));
+}
+
+// ivote_quantise_weights<NDIM, Index>: weights[i] = floor(|grad f| * (scale /
+// largest) + 0.5), the integer voting weight of every pixel (scale <= 65535).
+template <int NDIM, typename Index>
+__global__ void ivote_quantise_weights(const double* __restrict__ f, Index size, int Z, int Y, int X, double sz,
+                                       double sy, double sx, const unsigned long long* __restrict__ largest,
+                                       double scale, unsigned short* __restrict__ weights)
+{
+    const double factor = scale / __longlong_as_double((long long)*largest);
+    for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (Index)blockDim.x * gridDim.x) {
+        double g[3];
+        ivote_gradient_at<NDIM, Index>(f, i, Z, Y, X, sz, sy, sx, g);
+        const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
+        weights[i] = (unsigned short)floor(magnitude * factor + 0.5);
     }
 }
 
@@ -65,40 +86,53 @@ __global__ void ivote_initial_directions(const double* __restrict__ f, const Ind
     }
 }
 
-// Shared by the vote and turn kernels: the voter's position, direction and the
-// axis-aligned box around its cone (a spherical sector of the radius and
-// half-angle), clipped to the window and to the image. The box is slightly
-// conservative; the exact test below decides.
+// ivote_axis_range: the offsets [lo, hi] along one axis that the cone can
+// reach: the axis-aligned extent of a spherical sector of the radius around the
+// direction a (component a of length norm_a) and half-angle, slightly widened,
+// clipped to the window and to the image (position pos of n). Scalars only:
+// NVRTC miscompiled an earlier version that indexed small local arrays.
+__device__ __forceinline__ void ivote_axis_range(float a, float norm_a, float half_angle, float radius, float s,
+                                                 int window, int pos, int n, int* lo, int* hi)
+{
+    const float u = fminf(1.0f, fmaxf(-1.0f, a / norm_a));
+    const float alpha = acosf(u);  // angle between the axis and the cone's axis
+    const float top = (alpha <= half_angle) ? radius : fmaxf(0.0f, radius * cosf(alpha - half_angle));
+    const float bottom = (alpha + half_angle >= IVOTE_PI_F) ? -radius : fminf(0.0f, radius * cosf(alpha + half_angle));
+    int h = (int)ceilf(top / s + 0.01f);
+    int l = (int)floorf(bottom / s - 0.01f);
+    if (h > window) h = window;
+    if (h > n - 1 - pos) h = n - 1 - pos;
+    if (l < 0 - window) l = 0 - window;
+    if (l < 0 - pos) l = 0 - pos;
+    *lo = l;
+    *hi = h;
+}
+
+// The voter's direction (float) and the box around its cone, shared by the
+// vote and turn kernels. The box is slightly conservative; the exact test decides.
 struct IvoteCone {
-    int pos[3];
-    float a[3];
-    float norm_a;
-    int lo[3], hi[3];
+    float az, ay, ax, norm_a;
+    int z0, z1, y0, y1, x0, x1;
 };
 
 template <int NDIM, typename Index>
-__device__ __forceinline__ IvoteCone ivote_cone(Index t, const short* directions, long long j,
-                                                const int dims[3], const float s[3], const int window[3],
+__device__ __forceinline__ IvoteCone ivote_cone(Index t, const short* directions, long long j, int Z, int Y, int X,
+                                                float sz, float sy, float sx, int wz, int wy, int wx,
                                                 float radius, float half_angle)
 {
     IvoteCone c;
-    c.pos[2] = (int)(t % dims[2]);
-    c.pos[1] = (int)((t / dims[2]) % dims[1]);
-    c.pos[0] = (int)(t / ((Index)dims[2] * dims[1]));
-    c.a[0] = (NDIM == 3) ? (float)directions[j * NDIM] : 0.0f;
-    c.a[1] = (float)directions[j * NDIM + NDIM - 2];
-    c.a[2] = (float)directions[j * NDIM + NDIM - 1];
-    c.norm_a = sqrtf((c.a[0] * c.a[0] + c.a[1] * c.a[1]) + c.a[2] * c.a[2]);
-    for (int i = 0; i < 3; ++i) {
-        if (i == 0 && NDIM == 2) { c.lo[0] = c.hi[0] = 0; continue; }
-        const float u = fminf(1.0f, fmaxf(-1.0f, c.a[i] / c.norm_a));
-        const float alpha = acosf(u);  // angle between the axis and the cone's axis
-        const float top = (alpha <= half_angle) ? radius : fmaxf(0.0f, radius * cosf(alpha - half_angle));
-        const float bottom = (alpha + half_angle >= IVOTE_PI_F) ? -radius
-                                                                 : fminf(0.0f, radius * cosf(alpha + half_angle));
-        c.hi[i] = min(min(window[i], (int)ceilf(top / s[i] + 0.01f)), dims[i] - 1 - c.pos[i]);
-        c.lo[i] = max(max(-window[i], (int)floorf(bottom / s[i] - 0.01f)), -c.pos[i]);
-    }
+    const int x = (int)(t % X);
+    const int y = (int)((t / X) % Y);
+    const int z = (int)(t / ((Index)X * Y));
+    c.az = (NDIM == 3) ? (float)directions[j * NDIM] : 0.0f;
+    c.ay = (float)directions[j * NDIM + NDIM - 2];
+    c.ax = (float)directions[j * NDIM + NDIM - 1];
+    c.norm_a = sqrtf((c.az * c.az + c.ay * c.ay) + c.ax * c.ax);
+    c.z0 = 0;
+    c.z1 = 0;
+    if (NDIM == 3) ivote_axis_range(c.az, c.norm_a, half_angle, radius, sz, wz, z, Z, &c.z0, &c.z1);
+    ivote_axis_range(c.ay, c.norm_a, half_angle, radius, sy, wy, y, Y, &c.y0, &c.y1);
+    ivote_axis_range(c.ax, c.norm_a, half_angle, radius, sx, wx, x, X, &c.x0, &c.x1);
     return c;
 }
 
@@ -113,22 +147,19 @@ __global__ void ivote_vote(const Index* __restrict__ voters, const unsigned int*
 {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_voters) return;
-    const int dims[3] = {Z, Y, X};
-    const float s[3] = {sz, sy, sx};
-    const int window[3] = {wz, wy, wx};
     const Index t = voters[j];
-    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, dims, s, window, radius, half_angle);
+    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
     const unsigned int w = weights[j];
-    for (int dz = c.lo[0]; dz <= c.hi[0]; ++dz) {
+    for (int dz = c.z0; dz <= c.z1; ++dz) {
         const float oz = (float)dz * sz;
-        for (int dy = c.lo[1]; dy <= c.hi[1]; ++dy) {
+        for (int dy = c.y0; dy <= c.y1; ++dy) {
             const float oy = (float)dy * sy;
             const Index row = t + ((Index)dz * Y + dy) * X;
-            for (int dx = c.lo[2]; dx <= c.hi[2]; ++dx) {
+            for (int dx = c.x0; dx <= c.x1; ++dx) {
                 const float ox = (float)dx * sx;
                 const float d2 = (oz * oz + oy * oy) + ox * ox;
                 if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
-                const float dot = (oz * c.a[0] + oy * c.a[1]) + ox * c.a[2];
+                const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
                 if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + row + dx, w);
             }
         }
@@ -145,29 +176,27 @@ __global__ void ivote_turn(const Index* __restrict__ voters, short* __restrict__
 {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_voters) return;
-    const int dims[3] = {Z, Y, X};
-    const float s[3] = {sz, sy, sx};
-    const int window[3] = {wz, wy, wx};
     const Index t = voters[j];
-    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, dims, s, window, radius, half_angle);
+    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
     unsigned int best = 0;
-    float best_o[3] = {0.0f, 0.0f, 0.0f};
-    float best_d2 = 0.0f;
-    for (int dz = c.lo[0]; dz <= c.hi[0]; ++dz) {
+    float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
+    for (int dz = c.z0; dz <= c.z1; ++dz) {
         const float oz = (float)dz * sz;
-        for (int dy = c.lo[1]; dy <= c.hi[1]; ++dy) {
+        for (int dy = c.y0; dy <= c.y1; ++dy) {
             const float oy = (float)dy * sy;
             const Index row = t + ((Index)dz * Y + dy) * X;
-            for (int dx = c.lo[2]; dx <= c.hi[2]; ++dx) {
+            for (int dx = c.x0; dx <= c.x1; ++dx) {
                 const float ox = (float)dx * sx;
                 const float d2 = (oz * oz + oy * oy) + ox * ox;
                 if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
-                const float dot = (oz * c.a[0] + oy * c.a[1]) + ox * c.a[2];
+                const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
                 if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
                     const unsigned int v = __ldg(votes + row + dx);
                     if (v > best) {
                         best = v;
-                        best_o[0] = oz; best_o[1] = oy; best_o[2] = ox;
+                        best_oz = oz;
+                        best_oy = oy;
+                        best_ox = ox;
                         best_d2 = d2;
                     }
                 }
@@ -176,8 +205,8 @@ __global__ void ivote_turn(const Index* __restrict__ voters, short* __restrict__
     }
     if (best > 0) {
         const float norm = sqrtf(best_d2);
-        for (int i = 0; i < NDIM; ++i) {
-            directions[j * NDIM + i] = (short)rintf((best_o[i + 3 - NDIM] / norm) * 32767.0f);
-        }
+        if (NDIM == 3) directions[j * NDIM] = (short)rintf((best_oz / norm) * 32767.0f);
+        directions[j * NDIM + NDIM - 2] = (short)rintf((best_oy / norm) * 32767.0f);
+        directions[j * NDIM + NDIM - 1] = (short)rintf((best_ox / norm) * 32767.0f);
     }
 }
