@@ -15,7 +15,7 @@ Cases
 Detections are checked against the synthetic truth (F1, tolerance r/2) before
 timings are printed.
 
-    python benchmarks/bench_widget_compute.py [--repeat 5] [--full] [--out benchmarks/results/widget.md]
+    python benchmarks/bench_widget_compute.py [--repeat 5] [--full] [--out benchmarks/results/widget_compute.md]
 """
 
 from __future__ import annotations

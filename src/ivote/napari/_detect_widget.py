@@ -37,33 +37,21 @@ class DetectWidget(QWidget):
         self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
         self._debounce.timeout.connect(self.preview)
 
-        self.image_combo = QComboBox()
-        self.radius = QLabeledDoubleSlider()
-        self.radius_label = QLabel("radius")
-        self.polarity = QComboBox()
+        self.image_combo, self.polarity = QComboBox(), QComboBox()
         self.polarity.addItems(["bright", "dark"])
+        self.radius, self.radius_label = QLabeledDoubleSlider(), QLabel("radius")
         self.blur = QDoubleSpinBox(minimum=0.0, maximum=100.0, singleStep=0.5, specialValueText="auto")
-        self.threshold = QLabeledDoubleSlider()
-        self.threshold.setRange(0.0, 1.0)
-        self.otsu = QCheckBox("Otsu", checked=True)
+        self.threshold, self.otsu = QLabeledDoubleSlider(), QCheckBox("Otsu", checked=True)
         self.live = QCheckBox("live preview", checked=True)
-        self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
+        self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel", enabled=False)
         self.export_button = QPushButton("Export points…")
-        self.cancel_button.setEnabled(False)
-        self.status = QLabel("")
-        self.status.setWordWrap(True)
-        self.backend_label = QLabel(_backend.backend_name())
-
+        self.status, self.backend_label = QLabel("", wordWrap=True), QLabel(_backend.backend_name())
         form = QFormLayout(self)
-        form.addRow("image", self.image_combo)
-        form.addRow(self.radius_label, self.radius)
-        form.addRow("polarity", self.polarity)
-        form.addRow("blur", self.blur)
-        form.addRow("log₁₀ score ≥", _row(self.threshold, self.otsu))
-        form.addRow(self.live)
-        form.addRow(_row(self.run_button, self.cancel_button, self.export_button))
-        form.addRow(self.status)
-        form.addRow("backend", self.backend_label)
+        for row in (("image", self.image_combo), (self.radius_label, self.radius), ("polarity", self.polarity),
+                    ("blur", self.blur), ("log₁₀ score ≥", _row(self.threshold, self.otsu)), (self.live,),
+                    (_row(self.run_button, self.cancel_button, self.export_button),), (self.status,),
+                    ("backend", self.backend_label)):
+            form.addRow(*row)
 
         self.image_combo.currentTextChanged.connect(self._on_image_changed)
         self.radius.valueChanged.connect(self._schedule_preview)
@@ -88,7 +76,7 @@ class DetectWidget(QWidget):
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         return layer if isinstance(layer, Image) else None
 
-    def _refresh_images(self, event=None):
+    def _refresh_images(self, *_):
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
         current = self.image_combo.currentText()
         with QSignalBlocker(self.image_combo):  # adding our own Points layer must not reset the cache
@@ -185,8 +173,7 @@ class DetectWidget(QWidget):
 
     def _on_progress(self, generation, done, total):
         if generation == self._generation and self._progress is not None:
-            self._progress.total = total
-            self._progress.n = done
+            self._progress.total, self._progress.n = total, done
             self._progress.refresh()
 
     def _close_progress(self):
