@@ -36,14 +36,13 @@ from ivote.napari._detect_logic import DetectRequest, image_geometry, preview_sl
 
 
 def _time(request, repeat, warm_up=True):
-    if warm_up:
-        run_request(request)  # kernel compilation, FFT plans, memory pools
+    first = run_request(request) if warm_up else None  # kernel compilation, FFT plans, memory pools
     seconds = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         result = run_request(request)
         seconds.append(time.perf_counter() - t0)
-    return statistics.median(seconds), result
+    return statistics.median(seconds), result, first
 
 
 def _f1(result, sample, z_range=None):
@@ -92,8 +91,10 @@ def main(argv=None) -> int:
     for index, (name, request, sample, z_range, with_peer) in enumerate(cases):
         if not on_gpu and index == 2 and not args.full:
             continue  # the NumPy run of the whole volume takes many minutes
-        ours, result = _time(request, args.repeat if on_gpu else 1, warm_up=on_gpu)
+        ours, result, first = _time(request, args.repeat if on_gpu else 1, warm_up=on_gpu)
         f1 = _f1(result, sample, z_range)
+        if first is not None and not np.array_equal(first.detections.candidates, result.detections.candidates):
+            name += f" (warm-up run found {len(first.points()[0])} nuclei, later runs differ!)"
         peer = "n/a"
         if with_peer and on_gpu:
             t0 = time.perf_counter()
