@@ -248,3 +248,20 @@ def test_preview_of_a_big_plane_is_a_window_around_the_view(make_widget, nuclei_
     run_and_wait(qtbot, widget)  # Run: the whole image
     assert widget._result.window_shape is None and "whole image" in widget.status.text()
     assert f1_in_world(layer, sample, translate, to_world) >= 0.95
+
+
+def test_rgb_image_gives_2d_points(make_widget, qtbot, to_world):
+    from ivote.data import synthetic_nuclei
+
+    sample = synthetic_nuclei((128, 128), spacing=(0.5, 0.5), radius=5.0, polarity="dark", seed=5)
+    shade = np.clip(sample.image, 0, 1)[..., None]
+    rgb = (255 * (shade * np.array([1.0, 1.0, 1.0]) + (1 - shade) * np.array([0.35, 0.2, 0.55]))).astype(np.uint8)
+    viewer, widget = make_widget()
+    viewer.add_image(rgb, name="he", rgb=True, scale=sample.spacing)
+    widget.radius.setValue(sample.radius)
+    run_and_wait(qtbot, widget)
+    layer = viewer.layers["nuclei: he"]
+    assert layer.data.shape[1] == 2
+    detected = to_world(layer.data, layer.scale, layer.translate)
+    truth = to_world(sample.centers, sample.spacing, (0, 0))
+    assert match_points(detected, truth, tolerance=0.5 * sample.radius).f1 >= 0.8
