@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .._backend import get_array_module, load_module
-from ._plan import VotingPlan
+from .._backend import BackendError, get_array_module, load_module, to_host
+from ._plan import VotingPlan, make_plan
 
 __all__ = ["run_passes"]
 
@@ -45,12 +45,51 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
     ``smoothed`` may be a one-element list holding the image: it is then taken
     out, so that its memory is freed as soon as the voters are set up.
     """
-    if isinstance(smoothed, list):
-        smoothed = smoothed.pop()
-    xp = get_array_module(smoothed)
-    smoothed = xp.ascontiguousarray(smoothed, dtype=np.float64)
+    holder = smoothed if isinstance(smoothed, list) else [smoothed]
+    del smoothed
+    xp = get_array_module(holder[0])
+    index = "int" if holder[0].size < 2**31 else "long long"
+    _check_kernels(xp, plan.ndim, index)
+    return _run_passes(holder, plan, sign, iter_callback, index)
+
+
+_checked: set = set()
+
+
+def _check_kernels(xp, ndim: int, index: str) -> None:
+    """Once per process, GPU and kernel variant: the kernels must reproduce the
+    NumPy reference exactly on a small image, else raise (never wrong cells)."""
+    key = (ndim, index, xp.cuda.Device().id)
+    if key in _checked:
+        return
+    from ._reference import run_passes as reference_passes
+
+    shape = (32, 32) if ndim == 2 else (8, 24, 24)
+    coords = np.indices(shape, dtype=np.float64)
+    centre_a = np.array(shape) * 0.35
+    centre_b = np.array(shape) * 0.65
+    image = sum(
+        np.exp(-sum((c - m) ** 2 for c, m in zip(coords, centre)) / 18.0) for centre in (centre_a, centre_b)
+    )
+    image /= image.max()
+    spacing = (1.0,) * ndim if ndim == 2 else (2.0, 1.0, 1.0)
+    plan = make_plan(5.0, spacing, ndim)
+    expected = reference_passes(image, plan, 1.0)
+    got = to_host(_run_passes([xp.asarray(image)], plan, 1.0, None, index))
+    if not np.array_equal(got, expected):
+        raise BackendError(
+            f"the iterative-voting CUDA kernels ({ndim}D, {index} indices) disagree with the NumPy reference on "
+            f"this GPU/driver ({int(got.sum())} vs {int(expected.sum())} votes); use backend='numpy' "
+            "(IVOTE_BACKEND=numpy) and report the GPU, driver and CuPy versions"
+        )
+    _checked.add(key)
+
+
+def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, index: str):
+    """The passes; ``holder`` holds the only reference to the image, freed early."""
+    xp = get_array_module(holder[0])
+    smoothed = xp.ascontiguousarray(holder.pop(), dtype=np.float64)
     ndim = plan.ndim
-    index = "int" if smoothed.size < 2**31 else "long long"
     index_dtype = np.int32 if index == "int" else np.int64
     kernels = _module(ndim, index)
     Z, Y, X = _dims(smoothed.shape)

@@ -86,31 +86,36 @@ __global__ void ivote_initial_directions(const double* __restrict__ f, const Ind
     }
 }
 
-// ivote_axis_range: the offsets [lo, hi] along one axis that the cone can
-// reach: the axis-aligned extent of a spherical sector of the radius around the
-// direction a (component a of length norm_a) and half-angle, slightly widened,
-// clipped to the window and to the image (position pos of n). Scalars only:
-// NVRTC miscompiled an earlier version that indexed small local arrays.
+// ivote_axis_range: the coordinates [*first, *last] along one axis that the
+// cone of a voter at `pos` (of n) can reach: the axis-aligned extent of a
+// spherical sector of the radius around the direction (component a of length
+// norm_a) and half-angle, slightly widened, clipped to the window and to the
+// image. Written with non-negative extents and minima only: a driver JIT on the
+// device machine miscompiled max(x, -y) on ints (every cone box came out empty).
 __device__ __forceinline__ void ivote_axis_range(float a, float norm_a, float half_angle, float radius, float s,
-                                                 int window, int pos, int n, int* lo, int* hi)
+                                                 int window, int pos, int n, int* first, int* last)
 {
     const float u = fminf(1.0f, fmaxf(-1.0f, a / norm_a));
     const float alpha = acosf(u);  // angle between the axis and the cone's axis
-    const float top = (alpha <= half_angle) ? radius : fmaxf(0.0f, radius * cosf(alpha - half_angle));
-    const float bottom = (alpha + half_angle >= IVOTE_PI_F) ? -radius : fminf(0.0f, radius * cosf(alpha + half_angle));
-    int h = (int)ceilf(top / s + 0.01f);
-    int l = (int)floorf(bottom / s - 0.01f);
-    if (h > window) h = window;
-    if (h > n - 1 - pos) h = n - 1 - pos;
-    if (l < 0 - window) l = 0 - window;
-    if (l < 0 - pos) l = 0 - pos;
-    *lo = l;
-    *hi = h;
+    const float reach_up = (alpha <= half_angle) ? radius : fmaxf(0.0f, radius * cosf(alpha - half_angle));
+    const float reach_down = (alpha + half_angle >= IVOTE_PI_F)
+                                 ? radius
+                                 : fmaxf(0.0f, radius * cosf(IVOTE_PI_F - (alpha + half_angle)));
+    int up = (int)ceilf(reach_up / s + 0.01f);
+    int down = (int)ceilf(reach_down / s + 0.01f);
+    if (up > window) up = window;
+    if (up > n - 1 - pos) up = n - 1 - pos;
+    if (down > window) down = window;
+    if (down > pos) down = pos;
+    *first = pos - down;
+    *last = pos + up;
 }
 
-// The voter's direction (float) and the box around its cone, shared by the
-// vote and turn kernels. The box is slightly conservative; the exact test decides.
+// The voter's position and direction (float) and the box around its cone
+// (absolute coordinates), shared by the vote and turn kernels. The box is
+// slightly conservative; the exact test decides.
 struct IvoteCone {
+    int z, y, x;
     float az, ay, ax, norm_a;
     int z0, z1, y0, y1, x0, x1;
 };
@@ -121,18 +126,18 @@ __device__ __forceinline__ IvoteCone ivote_cone(Index t, const short* directions
                                                 float radius, float half_angle)
 {
     IvoteCone c;
-    const int x = (int)(t % X);
-    const int y = (int)((t / X) % Y);
-    const int z = (int)(t / ((Index)X * Y));
+    c.x = (int)(t % X);
+    c.y = (int)((t / X) % Y);
+    c.z = (int)(t / ((Index)X * Y));
     c.az = (NDIM == 3) ? (float)directions[j * NDIM] : 0.0f;
     c.ay = (float)directions[j * NDIM + NDIM - 2];
     c.ax = (float)directions[j * NDIM + NDIM - 1];
     c.norm_a = sqrtf((c.az * c.az + c.ay * c.ay) + c.ax * c.ax);
-    c.z0 = 0;
-    c.z1 = 0;
-    if (NDIM == 3) ivote_axis_range(c.az, c.norm_a, half_angle, radius, sz, wz, z, Z, &c.z0, &c.z1);
-    ivote_axis_range(c.ay, c.norm_a, half_angle, radius, sy, wy, y, Y, &c.y0, &c.y1);
-    ivote_axis_range(c.ax, c.norm_a, half_angle, radius, sx, wx, x, X, &c.x0, &c.x1);
+    c.z0 = c.z;
+    c.z1 = c.z;
+    if (NDIM == 3) ivote_axis_range(c.az, c.norm_a, half_angle, radius, sz, wz, c.z, Z, &c.z0, &c.z1);
+    ivote_axis_range(c.ay, c.norm_a, half_angle, radius, sy, wy, c.y, Y, &c.y0, &c.y1);
+    ivote_axis_range(c.ax, c.norm_a, half_angle, radius, sx, wx, c.x, X, &c.x0, &c.x1);
     return c;
 }
 
@@ -150,17 +155,20 @@ __global__ void ivote_vote(const Index* __restrict__ voters, const unsigned int*
     const Index t = voters[j];
     const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
     const unsigned int w = weights[j];
-    for (int dz = c.z0; dz <= c.z1; ++dz) {
+    for (int pz = c.z0; pz <= c.z1; ++pz) {
+        const int dz = pz - c.z;
         const float oz = (float)dz * sz;
-        for (int dy = c.y0; dy <= c.y1; ++dy) {
+        for (int py = c.y0; py <= c.y1; ++py) {
+            const int dy = py - c.y;
             const float oy = (float)dy * sy;
-            const Index row = t + ((Index)dz * Y + dy) * X;
-            for (int dx = c.x0; dx <= c.x1; ++dx) {
+            const Index row = ((Index)pz * Y + py) * X;
+            for (int px = c.x0; px <= c.x1; ++px) {
+                const int dx = px - c.x;
                 const float ox = (float)dx * sx;
                 const float d2 = (oz * oz + oy * oy) + ox * ox;
                 if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
                 const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-                if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + row + dx, w);
+                if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + row + px, w);
             }
         }
     }
@@ -180,18 +188,21 @@ __global__ void ivote_turn(const Index* __restrict__ voters, short* __restrict__
     const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
     unsigned int best = 0;
     float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
-    for (int dz = c.z0; dz <= c.z1; ++dz) {
+    for (int pz = c.z0; pz <= c.z1; ++pz) {
+        const int dz = pz - c.z;
         const float oz = (float)dz * sz;
-        for (int dy = c.y0; dy <= c.y1; ++dy) {
+        for (int py = c.y0; py <= c.y1; ++py) {
+            const int dy = py - c.y;
             const float oy = (float)dy * sy;
-            const Index row = t + ((Index)dz * Y + dy) * X;
-            for (int dx = c.x0; dx <= c.x1; ++dx) {
+            const Index row = ((Index)pz * Y + py) * X;
+            for (int px = c.x0; px <= c.x1; ++px) {
+                const int dx = px - c.x;
                 const float ox = (float)dx * sx;
                 const float d2 = (oz * oz + oy * oy) + ox * ox;
                 if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
                 const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
                 if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
-                    const unsigned int v = __ldg(votes + row + dx);
+                    const unsigned int v = __ldg(votes + row + px);
                     if (v > best) {
                         best = v;
                         best_oz = oz;
