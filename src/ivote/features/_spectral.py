@@ -191,8 +191,12 @@ def noisy_relu(pre_activation, bias, box, noise, xp):
     bias = xp.ascontiguousarray(bias, dtype=pre_activation.dtype)
     mode = 0 if noise is None else (2 if seeded else 1)
     noise_arg = xp.ascontiguousarray(noise, dtype=pre_activation.dtype) if mode == 1 else pre_activation
-    seed = np.uint64(int(noise) % 2**64) if seeded else np.uint64(0)
-    _launch(kernel, out.size,
-            (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(mode), seed, np.int32(n_filters),
-             np.int32(pz), np.int32(py), np.int32(px), np.int32(bz), np.int32(by), np.int32(bx)))
+    seed = int(noise) % 2**64 if seeded else 0
+    # threads over (x, y); blockIdx.z strides over filters x planes: no integer division per element
+    block = (32, 8, 1)
+    grid = ((px + 31) // 32, (py + 7) // 8, min(n_filters * pz, 65535))
+    kernel(grid, block,
+           (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(mode), np.uint32(seed & 0xFFFFFFFF),
+            np.uint32(seed >> 32), np.int32(n_filters), np.int32(pz), np.int32(py), np.int32(px), np.int32(bz),
+            np.int32(by), np.int32(bx)))
     return out

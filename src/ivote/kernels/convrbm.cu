@@ -89,56 +89,69 @@ __global__ void ivote_convrbm_accumulate_gradient(ivote_complex<T>* __restrict__
 }
 
 // ivote_convrbm_normal: a standard normal number from (seed, index), counter-based
-// (SplitMix64 hash -> two 24-bit uniforms -> Box-Muller), so no noise array has
-// to be generated, stored and read back. __host__ too, for a CPU check.
-__host__ __device__ inline unsigned long long ivote_convrbm_splitmix64(unsigned long long x)
+// (two rounds of a 32-bit integer hash -> two 24-bit uniforms -> Box-Muller), so
+// no noise array has to be generated, stored and read back. 32-bit arithmetic
+// only; indices repeat after 2**32 elements. __host__ too, for a CPU check.
+__host__ __device__ inline unsigned int ivote_convrbm_hash32(unsigned int x)
 {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
 }
 
-__host__ __device__ inline float ivote_convrbm_normal(unsigned long long seed, unsigned long long index)
+__host__ __device__ inline float ivote_convrbm_normal(unsigned int seed_lo, unsigned int seed_hi, unsigned int index)
 {
-    unsigned long long bits = ivote_convrbm_splitmix64(seed ^ ivote_convrbm_splitmix64(index));
-    float u1 = ((float)(bits >> 40) + 0.5f) * 5.9604645e-8f;  // (0, 1), 2**-24 steps
-    float u2 = ((float)(bits & 0xFFFFFFULL) + 0.5f) * 5.9604645e-8f;
+    unsigned int a = ivote_convrbm_hash32(ivote_convrbm_hash32(index * 0x9E3779B9U + seed_lo) ^ seed_hi);
+    unsigned int b = ivote_convrbm_hash32(a + 0x632BE5ABU);
+    float u1 = ((float)(a >> 8) + 0.5f) * 5.9604645e-8f;  // (0, 1), 2**-24 steps
+    float u2 = ((float)(b >> 8) + 0.5f) * 5.9604645e-8f;
     return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
 }
 
+// ivote_convrbm_relu_at<T>: one hidden unit (the body of the kernel below, also
+// callable on the host for a CPU check of the index arithmetic).
+template <typename T>
+__host__ __device__ inline T ivote_convrbm_relu_at(T mu, T bias, T given_noise, int noise_mode, unsigned int seed_lo,
+                                                   unsigned int seed_hi, unsigned int index)
+{
+    T m = mu + bias;
+    if (noise_mode != 0) {
+        T sigm = (T)1 / ((T)1 + exp(-m));
+        T normal = noise_mode == 1 ? given_noise : (T)ivote_convrbm_normal(seed_lo, seed_hi, index);
+        m += sqrt(sigm) * normal;
+    }
+    return m > (T)0 ? m : (T)0;
+}
+
 // ivote_convrbm_noisy_relu<T, I>:
-//   in place on pre-activations mu (n_filters, pz, py, px) without bias:
+//   pre-activations mu (n_filters, pz, py, px) without bias:
 //   mu' = mu + bias[k]; mean = max(0, mu'); sample = max(0, mu' + sqrt(sigm(mu')) * noise)
 //   where (z, y, x) lies in the hidden box [0, bz) x [0, by) x [0, bx), else 0.
 //   noise_mode 0: the mean; 1: `noise` holds standard normal numbers (the
-//   NumPy reference's); 2: counter-based normals from `seed` (training).
-//   2D images use pz = bz = 1.
+//   NumPy reference's); 2: counter-based normals from the seed (training).
+//   Launch: threads over (x, y), blockIdx.z strides over n_filters * pz, so no
+//   integer division per element. 2D images use pz = bz = 1.
 template <typename T, typename I>
 __global__ void ivote_convrbm_noisy_relu(const T* __restrict__ mu, const T* __restrict__ bias,
                                          const T* __restrict__ noise, T* __restrict__ sample, int noise_mode,
-                                         unsigned long long seed, int n_filters, int pz, int py, int px, int bz,
-                                         int by, int bx)
+                                         unsigned int seed_lo, unsigned int seed_hi, int n_filters, int pz, int py,
+                                         int px, int bz, int by, int bx)
 {
-    I i = (I)blockIdx.x * blockDim.x + threadIdx.x;
-    I plane = (I)py * px;
-    I volume = (I)pz * plane;
-    if (i >= (I)n_filters * volume) return;
-    I k = i / volume;
-    I r = i - k * volume;
-    int z = (int)(r / plane);
-    r -= (I)z * plane;
-    int y = (int)(r / px);
-    int x = (int)(r - (I)y * px);
-    T out = 0;
-    if (z < bz && y < by && x < bx) {
-        T m = mu[i] + bias[k];
-        if (noise_mode != 0) {
-            T sigm = (T)1 / ((T)1 + exp(-m));
-            T normal = noise_mode == 1 ? noise[i] : (T)ivote_convrbm_normal(seed, (unsigned long long)i);
-            m += sqrt(sigm) * normal;
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= px || y >= py) return;
+    for (int kz = blockIdx.z; kz < n_filters * pz; kz += gridDim.z) {
+        int k = kz / pz;
+        int z = kz - k * pz;
+        I i = ((I)kz * py + y) * px + x;
+        T out = 0;
+        if (z < bz && y < by && x < bx) {
+            out = ivote_convrbm_relu_at<T>(mu[i], bias[k], noise_mode == 1 ? noise[i] : (T)0, noise_mode, seed_lo,
+                                           seed_hi, (unsigned int)i);
         }
-        out = m > (T)0 ? m : (T)0;
+        sample[i] = out;
     }
-    sample[i] = out;
 }
