@@ -264,4 +264,4 @@ def test_rgb_image_gives_2d_points(make_widget, qtbot, to_world):
     assert layer.data.shape[1] == 2
     detected = to_world(layer.data, layer.scale, layer.translate)
     truth = to_world(sample.centers, sample.spacing, (0, 0))
-    assert match_points(detected, truth, tolerance=0.5 * sample.radius).f1 >= 0.8
+    assert match_points(detected, truth, tolerance=0.5 * sample.radius).f1 >= 0.9
