@@ -25,6 +25,7 @@ import datetime
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,10 @@ def load_dataset(folder: Path, max_images=None):
     for image_id in ids[:max_images]:
         image = tifffile.imread(folder / "images" / f"{image_id}.tif")
         ndim = 3 if image.ndim == 3 and image.shape[-1] not in (3, 4) else 2
-        centers = np.loadtxt(folder / "centers" / f"{image_id}.csv", delimiter=",", skiprows=1, ndmin=2).reshape(-1, ndim)
+        with warnings.catch_warnings():  # an image without nuclei has a header-only centres file
+            warnings.simplefilter("ignore", UserWarning)
+            centers = np.loadtxt(folder / "centers" / f"{image_id}.csv", delimiter=",", skiprows=1, ndmin=2)
+        centers = centers.reshape(-1, ndim)
         yield image_id, image, centers
 
 
