@@ -20,7 +20,17 @@ import time
 from pathlib import Path
 
 # Stages with a command line, in pipeline order. Only stages that exist are listed.
-STAGE_CLIS: tuple[str, ...] = ("ivote.components._cli", "ivote.features._cli", "ivote.detect._cli", "ivote.segment._cli")
+STAGE_CLIS: tuple[str, ...] = (
+    "ivote.features._cli",
+    "ivote.detect._cli",
+    "ivote.segment._cli",
+    "ivote.components._cli",
+)
+
+
+# Demo sample shapes on NumPy, where the full ones take minutes.
+_SMALL_2D = (256, 256)
+_SMALL_3D = (24, 96, 96)
 
 
 class UsageError(Exception):
@@ -53,10 +63,16 @@ def _cmd_demo(args) -> int:
 
     out_dir = Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    xp = default_xp()
     print(f"napari-ivote demo: writing to {out_dir}")
-    print(f"backend: {backend_name(default_xp())}")
+    print(f"backend: {backend_name(xp)}")
     t0 = time.perf_counter()
-    s2, s3 = sample_2d(), sample_3d()
+    full = args.size == "full" or (args.size == "auto" and xp is not np)
+    if full:
+        s2, s3 = sample_2d(), sample_3d()
+    else:
+        print("  (NumPy: smaller samples so the demo takes about a minute; --size full for the GPU sizes)")
+        s2, s3 = sample_2d(_SMALL_2D), sample_3d(_SMALL_3D)
     for name, s in (("sample_2d", s2), ("sample_3d", s3)):
         tifffile.imwrite(out_dir / f"{name}.tif", s.image, photometric="minisblack", metadata={"spacing": list(s.spacing)})
         tifffile.imwrite(out_dir / f"{name}_labels.tif", s.labels.astype(np.uint16), photometric="minisblack")
@@ -71,6 +87,10 @@ def _cmd_demo(args) -> int:
         if demo is not None:
             for line in demo(s2, s3, out_dir):
                 print(f"  {line}")
+    from .napari._demo_screenshot import screenshot_demo  # imports no napari; runs it in a subprocess
+
+    for line in screenshot_demo(s2, out_dir):
+        print(f"  {line}")
     print(f"done in {time.perf_counter() - t0:.1f} s; outputs in {out_dir}")
     return 0
 
@@ -83,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="run the pipeline on built-in synthetic samples")
     demo.add_argument("--out", default="ivote-demo", help="output folder (default: ./ivote-demo)")
+    demo.add_argument(
+        "--size", choices=("auto", "small", "full"), default="auto",
+        help="sample sizes: full (512², 48x160x160) on a GPU, small (256², 24x96x96) on NumPy (default: auto)",
+    )
     demo.set_defaults(func=_cmd_demo)
     info = sub.add_parser("info", help="print the version and the backend (GPU or NumPy); self-test GPU kernels")
     info.set_defaults(func=_cmd_info)

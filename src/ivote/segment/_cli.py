@@ -76,47 +76,33 @@ def register(subparsers) -> None:
 
 
 def demo(sample_2d, sample_3d, out_dir) -> list[str]:
-    """Segment both samples, seeded by detections when ``ivote.detect`` is there (else by the
-    true centres); write ``segment_<sample>.tif``; report F1 at IoU 0.5 and mean matched IoU.
-
-    Without a GPU the 3D sample is cropped to 48x80x80 (the NumPy path takes about 2 s per
-    iteration on the whole volume)."""
+    """Segment both samples seeded by the detect stage's points (``detect_<sample>.csv`` in
+    ``out_dir``, as a user would chain ``ivote detect`` and ``ivote segment``), or by the true
+    centres when there are none; write ``segment_<sample>.tif``; report F1 at IoU 0.5 and mean
+    matched IoU against the true labels."""
     import numpy as np
     import tifffile
 
-    from .._backend import default_xp
-    from ..io import write_atomic
+    from ..io import read_points_csv, write_atomic
     from ..metrics import match_labels
     from ._segment import segment_nuclei
 
-    try:
-        from ..detect import iterative_voting
-    except ImportError:
-        iterative_voting = None
-    on_gpu = default_xp() is not np
     lines = []
     for name, sample in (("sample_2d", sample_2d), ("sample_3d", sample_3d)):
-        image, truth, note = sample.image, sample.labels, ""
-        if sample.image.ndim == 3 and not on_gpu:
-            crop = (slice(None), slice(0, 80), slice(0, 80))
-            image, truth, note = image[crop], truth[crop], " (48x80x80 crop: no GPU)"
-        if iterative_voting is not None:
-            seed_name = "detections"
-            seeds = iterative_voting(image, radius=sample.radius, spacing=sample.spacing).points
-            seeds = seeds.get() if hasattr(seeds, "get") else seeds
+        points_csv = Path(out_dir) / f"detect_{name}.csv"
+        if points_csv.is_file():
+            seeds, seed_name = read_points_csv(points_csv).points, "detections"
         else:
-            seed_name = "true centres"
-            inside = np.all(sample.centers < np.asarray(image.shape) - 0.5, axis=1)
-            seeds = sample.centers[inside]
+            seeds, seed_name = sample.centers, "true centres"
         start = time.perf_counter()
-        labels = segment_nuclei(image, seeds, radius=sample.radius, spacing=sample.spacing)
+        labels = segment_nuclei(sample.image, seeds, radius=sample.radius, spacing=sample.spacing)
         labels = labels.get() if hasattr(labels, "get") else labels
         seconds = time.perf_counter() - start
-        match = match_labels(labels, truth)
+        match = match_labels(labels, sample.labels)
         path = Path(out_dir) / f"segment_{name}.tif"
         write_atomic(path, lambda tmp: tifffile.imwrite(tmp, labels.astype(np.int32)))
         lines.append(
-            f"segment {name}{note} seeded by {len(seeds)} {seed_name}: {match.n_predicted} objects "
+            f"segment {name} seeded by {len(seeds)} {seed_name}: {match.n_predicted} objects "
             f"({match.n_true} true), F1@0.5 {match.f1:.3f}, mean IoU {match.mean_matched_iou:.3f}, "
             f"{seconds:.2f} s -> {path.name}"
         )
