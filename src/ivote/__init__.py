@@ -11,6 +11,7 @@ from ._backend import BackendError, backend_name, cupy_available
 from .components import GraphComponents, Labelling, PointClusters, cluster_points, connected_components, label
 from .data import synthetic_nuclei
 from .metrics import match_labels, match_points, precision_recall_curve
+from .segment import segment_nuclei
 
 try:
     __version__ = version("napari-ivote")
@@ -31,5 +32,6 @@ __all__ = [
     "match_labels",
     "match_points",
     "precision_recall_curve",
+    "segment_nuclei",
     "synthetic_nuclei",
 ]
