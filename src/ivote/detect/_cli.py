@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["demo", "register"]
 
 
@@ -86,18 +88,31 @@ def demo(sample_2d, sample_3d, out_dir) -> list[str]:
     from ..metrics import match_points
     from ._voting import iterative_voting
 
+    from .._backend import default_xp
+
+    on_cpu = default_xp() is np
     lines = []
     for name, sample in (("sample_2d", sample_2d), ("sample_3d", sample_3d)):
+        note = ""
+        if on_cpu and sample.image.ndim == 3:
+            # the NumPy path takes minutes on the whole volume: use a corner of it
+            crop = (24, 80, 80)
+            sample = sample._replace(image=sample.image[:24, :80, :80])
+            note = f" (NumPy: {'x'.join(map(str, crop))} corner, scored away from its cut faces)"
         iterative_voting(sample.image[tuple(slice(0, 32) for _ in sample.image.shape)], radius=sample.radius,
                          spacing=sample.spacing)  # warm-up (kernel compilation)
         start = time.perf_counter()
         found = iterative_voting(sample.image, radius=sample.radius, spacing=sample.spacing)
         seconds = time.perf_counter() - start
         path = write_points_csv(Path(out_dir) / f"detect_{name}.csv", found.points, found.scores, spacing=sample.spacing)
-        match = match_points(found.points, sample.centers, tolerance=sample.radius / 2, spacing=sample.spacing)
+        # score inside the image, a radius away from faces cut through nuclei (the crop's far faces)
+        limit = np.array(sample.image.shape) - (np.array(sample.radius) / np.array(sample.spacing) if note else 0.5)
+        truth = sample.centers[np.all(sample.centers < limit, axis=1)]
+        detected = found.points[np.all(found.points < limit, axis=1)]
+        match = match_points(detected, truth, tolerance=sample.radius / 2, spacing=sample.spacing)
         lines.append(
-            f"detect {name}: {len(found.points)} cells ({len(sample.centers)} true), "
+            f"detect {name}: {len(found.points)} cells ({len(truth)} true in the scored region), "
             f"P {match.precision:.3f} R {match.recall:.3f} F1 {match.f1:.3f} within {sample.radius / 2:g} um, "
-            f"{seconds:.2f} s on {found.backend} -> {path.name}"
+            f"{seconds:.2f} s on {found.backend}{note} -> {path.name}"
         )
     return lines

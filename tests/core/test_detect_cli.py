@@ -1,0 +1,66 @@
+"""``ivote detect``: the CSV contract and one-line errors."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from ivote.cli import main
+from ivote.data import synthetic_nuclei
+from ivote.io import read_points_csv
+from ivote.metrics import match_points
+
+
+@pytest.fixture(scope="module")
+def sample_tif(tmp_path_factory):
+    sample = synthetic_nuclei((96, 96), radius=6, seed=4)
+    path = tmp_path_factory.mktemp("detect") / "nuclei.tif"
+    tifffile.imwrite(path, sample.image)
+    return path, sample
+
+
+def test_detect_writes_points(sample_tif, tmp_path, capsys):
+    path, sample = sample_tif
+    out = tmp_path / "points.csv"
+    assert main(["detect", str(path), "--radius", "6", "--backend", "numpy", "--out", str(out)]) == 0
+    assert "cells" in capsys.readouterr().out
+    header = [line for line in out.read_text().splitlines() if not line.startswith("#")][0]
+    assert header == "y,x,score"
+    table = read_points_csv(out)
+    assert match_points(table.points, sample.centers, tolerance=3).f1 >= 0.95
+    assert np.all(np.diff(table.scores) <= 0)
+
+
+def test_detect_spacing_and_threshold_none(sample_tif, tmp_path):
+    path, _ = sample_tif
+    out = tmp_path / "all.csv"
+    code = main(["detect", str(path), "--radius", "3", "--spacing", "0.5", "0.5", "--threshold", "none",
+                 "--backend", "numpy", "--out", str(out)])
+    assert code == 0
+    header = [line for line in out.read_text().splitlines() if not line.startswith("#")][0]
+    assert header == "y,x,score,y_um,x_um"
+    table = read_points_csv(out)
+    np.testing.assert_allclose(table.world, table.points * 0.5)
+    fixed = tmp_path / "fixed.csv"
+    main(["detect", str(path), "--radius", "3", "--spacing", "0.5", "0.5", "--threshold", "1e9",
+          "--backend", "numpy", "--out", str(fixed)])
+    assert len(read_points_csv(fixed).points) == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--radius", "-1"], "radius"),
+        (["--radius", "6", "--spacing", "1", "1", "1"], "spacing"),
+        (["--radius", "6", "--threshold", "mean"], "threshold"),
+    ],
+)
+def test_detect_bad_input_is_one_line(sample_tif, tmp_path, capsys, args, message):
+    path, _ = sample_tif
+    code = main(["detect", str(path), *args, "--backend", "numpy", "--out", str(tmp_path / "x.csv")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and message in err and err.startswith("ivote detect: error:")
+
+
+def test_detect_missing_file(tmp_path, capsys):
+    assert main(["detect", str(tmp_path / "none.tif"), "--radius", "4", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "not found" in capsys.readouterr().err
