@@ -25,6 +25,12 @@ __all__ = ["PointsTable", "read_image", "read_points_csv", "write_atomic", "writ
 _AXES = "zyx"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path, write: Callable[[Path], None]) -> Path:
     """Write a file so that ``path`` is either untouched or complete.
 
@@ -41,6 +47,8 @@ def write_atomic(path, write: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        # mkstemp makes the file owner-only; give it the mode a plain open() would
+        os.chmod(tmp_path, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)

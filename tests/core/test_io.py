@@ -79,3 +79,17 @@ def test_read_image_spacing(tmp_path):
     with pytest.raises(ValueError, match="TIFF or PNG"):
         (tmp_path / "a.txt").write_text("x")
         read_image(tmp_path / "a.txt")
+
+
+def test_atomic_write_gives_a_normal_file_mode(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "out.txt"
+    write_atomic(path, lambda tmp: tmp.write_text("new"))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+    os.chmod(path, 0o640)
+    write_atomic(path, lambda tmp: tmp.write_text("newer"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640 and path.read_text() == "newer"
