@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._backend import BackendError, backend_name, cupy_available
 from .components import GraphComponents, Labelling, PointClusters, cluster_points, connected_components, label
 from .data import synthetic_nuclei
+from .detect import Detections, hematoxylin_density, iterative_voting
 from .features import ConvRBM
 from .metrics import match_labels, match_points, precision_recall_curve
 from .segment import segment_nuclei
@@ -22,6 +23,7 @@ except PackageNotFoundError:  # running from a source tree without installing
 __all__ = [
     "BackendError",
     "ConvRBM",
+    "Detections",
     "__version__",
     "GraphComponents",
     "Labelling",
@@ -30,6 +32,8 @@ __all__ = [
     "cluster_points",
     "connected_components",
     "cupy_available",
+    "hematoxylin_density",
+    "iterative_voting",
     "label",
     "match_labels",
     "match_points",

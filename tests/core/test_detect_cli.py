@@ -64,3 +64,18 @@ def test_detect_bad_input_is_one_line(sample_tif, tmp_path, capsys, args, messag
 def test_detect_missing_file(tmp_path, capsys):
     assert main(["detect", str(tmp_path / "none.tif"), "--radius", "4", "--out", str(tmp_path / "x.csv")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_detect_with_learned_features(sample_tif, tmp_path):
+    """``ivote features fit`` then ``ivote detect --features``: the model's map replaces the blur."""
+    path, sample = sample_tif
+    model = tmp_path / "model.npz"
+    assert main(["features", "fit", str(path), "--filters", "4", "--size", "5", "--epochs", "2",
+                 "--out", str(model)]) == 0
+    out = tmp_path / "points.csv"
+    assert main(["detect", str(path), "--radius", "6", "--features", str(model), "--backend", "numpy",
+                 "--out", str(out)]) == 0
+    table = read_points_csv(out)
+    assert match_points(table.points, sample.centers, tolerance=3).f1 >= 0.8
+    assert main(["detect", str(path), "--radius", "6", "--features", str(tmp_path / "missing.npz"),
+                 "--out", str(out)]) == 2
