@@ -34,8 +34,10 @@ __all__ = [
     "index_type",
     "is_device_array",
     "kernel_source",
+    "select_xp",
     "load_module",
     "ndimage_module",
+    "select_xp",
     "synchronize",
     "to_device",
     "to_host",
@@ -96,6 +98,26 @@ def default_xp() -> ModuleType:
             f"NVIDIA GPU, or unset {_ENV} to run on NumPy"
         )
     return cupy if cupy is not None else np
+
+
+def select_xp(backend: str = "auto", *arrays) -> ModuleType:
+    """The array module a computation asked to run on ``backend`` should use.
+
+    ``"numpy"``: NumPy. ``"cupy"``: CuPy (a ``BackendError`` without a GPU; it
+    overrides ``IVOTE_BACKEND=numpy``, since the caller asked explicitly).
+    ``"auto"``: CuPy for CuPy input arrays, else :func:`default_xp`.
+    """
+    if backend not in ("auto", "numpy", "cupy"):
+        raise ValueError(f"backend must be 'auto', 'numpy' or 'cupy'; got {backend!r}")
+    if backend == "numpy":
+        return np
+    if backend == "cupy":
+        cupy = _cupy()
+        if cupy is None:
+            raise BackendError("backend='cupy' was requested but no usable GPU was found; use backend='numpy' or 'auto'")
+        return cupy
+    xp = get_array_module(*arrays)
+    return xp if xp is not np else default_xp()
 
 
 def is_device_array(array) -> bool:

@@ -60,3 +60,15 @@ def test_every_kernel_source_is_package_data():
 def test_missing_kernel_source():
     with pytest.raises(FileNotFoundError, match="no CUDA source"):
         _backend.kernel_source("does_not_exist")
+
+
+def test_select_xp(monkeypatch):
+    monkeypatch.setenv("IVOTE_BACKEND", "numpy")
+    a = np.zeros(3)
+    assert _backend.select_xp("numpy", a) is np
+    assert _backend.select_xp("auto", a) is np
+    with pytest.raises(ValueError, match="backend must be 'auto', 'numpy' or 'cupy'"):
+        _backend.select_xp("gpu", a)
+    if not _backend.cupy_available():
+        with pytest.raises(BackendError, match="backend='cupy' was requested"):
+            _backend.select_xp("cupy", a)

@@ -50,7 +50,7 @@ def test_buffer_rotation_matches_reference(monkeypatch, iterations, block):
     fake_xp = types.ModuleType("numpy_as_device")
     fake_xp.__dict__.update(np.__dict__)
     monkeypatch.setattr(_cuda.CudaStepper, "__init__", init)
-    monkeypatch.setattr(_segment, "_choose_xp", lambda image, backend: fake_xp)
+    monkeypatch.setattr(_segment, "select_xp", lambda backend, *arrays: fake_xp)
     monkeypatch.setattr(_segment, "ndimage_module", lambda xp: __import__("scipy.ndimage").ndimage)
     monkeypatch.setattr(_segment, "to_device", lambda array, xp: np.asarray(array))
     got = _segment.segment_nuclei(image, centers, **kwargs)

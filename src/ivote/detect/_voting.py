@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .._backend import BackendError, cupy_available, default_xp, get_array_module, ndimage_module, to_device, to_host
+from .._backend import get_array_module, ndimage_module, select_xp, to_device, to_host
 from .._validate import check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
 from ._plan import VotingPlan, make_plan
@@ -86,28 +86,6 @@ def _resolve_threshold(threshold, scores) -> float:
     if math.isnan(value):
         raise ValueError("threshold must be 'otsu', 'none', None or a number; got nan")
     return value
-
-
-def _choose_backend(backend: str, image):
-    if backend not in ("auto", "numpy", "cupy"):
-        raise ValueError(f"backend must be 'auto', 'numpy' or 'cupy'; got {backend!r}")
-    if backend == "numpy":
-        return np
-    if backend == "cupy":
-        if not cupy_available():
-            raise BackendError("backend='cupy' needs CuPy and a GPU; use backend='numpy' or 'auto'")
-        return get_array_module(image) if get_array_module(image) is not np else default_xp_or_cupy()
-    xp = get_array_module(image)
-    return xp if xp is not np else default_xp()
-
-
-def default_xp_or_cupy():
-    xp = default_xp()
-    if xp is np:  # IVOTE_BACKEND=numpy, but the caller asked for CuPy explicitly
-        from .._backend import _cupy
-
-        return _cupy()
-    return xp
 
 
 def _spatial_image(image, channel, xp):
@@ -250,7 +228,7 @@ def iterative_voting(
     >>> match_points(found.points, centers, tolerance=3).f1
     1.0
     """
-    xp = _choose_backend(backend, image)
+    xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)
     image = check_image(image, allow_rgb=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import BackendError, cupy_available, default_xp, get_array_module, ndimage_module, to_device
+from .._backend import ndimage_module, select_xp, to_device
 from .._validate import as_float_image, check_image, check_positive, check_spacing
 from ._shape_prior import ShapePrior, fit_poses, moment_features, train_shape_prior
 
@@ -45,21 +45,6 @@ class Batch:
     kappa_max: float
     dt: float
     prior: ShapePrior
-
-
-def _choose_xp(image, backend):
-    if backend not in ("auto", "numpy", "cupy"):
-        raise ValueError(f"backend must be 'auto', 'numpy' or 'cupy'; got {backend!r}")
-    if backend == "numpy":
-        return np
-    if backend == "cupy":
-        if not cupy_available():
-            raise BackendError("backend='cupy' was requested but no usable GPU was found; use backend='numpy'")
-        from .._backend import _cupy
-
-        return _cupy()
-    xp = get_array_module(image)
-    return xp if xp is not np else default_xp()
 
 
 def _check_seeds(seeds, shape) -> np.ndarray:
@@ -414,7 +399,7 @@ def segment_nuclei(
     for name, value in zip(("lambda1", "lambda2", "mu", "shape_weight", "overlap_weight"), weights.values()):
         check_positive(value, name, allow_zero=True)
     seeds = _check_seeds(seeds, image.shape)
-    xp = _choose_xp(image, backend)
+    xp = select_xp(backend, image)
     if len(seeds) == 0:
         return xp.zeros(image.shape, dtype=xp.int32)
 
