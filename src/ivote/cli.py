@@ -116,11 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from ._backend import BackendError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, OSError) as exc:
+    except (UsageError, BackendError, ValueError, TypeError, FileNotFoundError, OSError) as exc:
         if os.environ.get("IVOTE_DEBUG"):
             raise
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["PointsTable", "read_image", "read_points_csv", "write_atomic", "write_points_csv"]
+__all__ = ["PointsTable", "check_output_path", "read_image", "read_points_csv", "write_atomic", "write_points_csv"]
 
 _AXES = "zyx"
 
@@ -29,6 +29,17 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_output_path(path, suffixes: tuple[str, ...] = (), *, name: str = "--out") -> Path:
+    """Check an output path before any work: its folder exists, its suffix is one of ``suffixes``."""
+    path = Path(path)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ValueError(f"{name} must end in {' or '.join(suffixes)}; got {path.name!r}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{name}: output folder does not exist: {folder}")
+    return path
 
 
 def write_atomic(path, write: Callable[[Path], None]) -> Path:

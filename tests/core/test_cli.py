@@ -42,3 +42,36 @@ def test_unknown_command_fails():
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])
     assert exc.value.code == 2
+
+
+def test_bad_output_fails_before_any_work(tmp_path, capsys):
+    image = tmp_path / "in.tif"
+    tifffile.imwrite(image, np.zeros((32, 32), np.float32))
+    assert main(["detect", str(image), "--radius", "4", "--out", str(tmp_path / "no" / "p.csv")]) == 2
+    assert "output folder does not exist" in capsys.readouterr().err
+    points = tmp_path / "p.csv"
+    points.write_text("y,x\n5,5\n")
+    assert main(["segment", str(image), "--points", str(points), "--radius", "4", "--out",
+                 str(tmp_path / "labels.png")]) == 2
+    assert "--out must end in .tif or .tiff" in capsys.readouterr().err
+
+
+def test_backend_errors_are_one_line(monkeypatch, capsys):
+    from ivote._backend import cupy_available
+
+    if cupy_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setenv("IVOTE_BACKEND", "cupy")
+    assert main(["info"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ivote info: error:") and "no usable GPU" in err and "\n" not in err
+
+
+def test_bad_feature_model_is_one_line(tmp_path, capsys):
+    image = tmp_path / "in.tif"
+    tifffile.imwrite(image, np.zeros((32, 32), np.float32))
+    bogus = tmp_path / "model.npz"
+    np.savez(bogus, data=np.array([object()], dtype=object))
+    for model, message in ((bogus, "is not a napari-ivote ConvRBM model"), (tmp_path / "none.npz", "model file not found")):
+        assert main(["detect", str(image), "--radius", "4", "--features", str(model), "--out", str(tmp_path / "p.csv")]) == 2
+        assert message in capsys.readouterr().err

@@ -93,3 +93,13 @@ def test_atomic_write_gives_a_normal_file_mode(tmp_path):
     os.chmod(path, 0o640)
     write_atomic(path, lambda tmp: tmp.write_text("newer"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o640 and path.read_text() == "newer"
+
+
+def test_check_output_path(tmp_path):
+    from ivote.io import check_output_path
+
+    assert check_output_path(tmp_path / "a.csv", (".csv",)) == tmp_path / "a.csv"
+    with pytest.raises(ValueError, match=r"--out must end in \.tif or \.tiff"):
+        check_output_path(tmp_path / "a.png", (".tif", ".tiff"))
+    with pytest.raises(FileNotFoundError, match="output folder does not exist"):
+        check_output_path(tmp_path / "missing" / "a.csv")

@@ -153,11 +153,10 @@ def write_components_csv(path, vertex_ids, component, component_size, *, chunk: 
 
 def _cmd_components(args) -> int:
     from .._backend import backend_name, default_xp
+    from ..io import check_output_path
     from ._core import connected_components
 
-    out_folder = Path(args.out).resolve().parent
-    if not out_folder.is_dir():
-        raise FileNotFoundError(f"output folder does not exist: {out_folder}")
+    check_output_path(args.out)
     t0 = time.perf_counter()
     edges = read_edges_csv(args.edges, args.columns)
     t_read = time.perf_counter() - t0
@@ -166,7 +165,8 @@ def _cmd_components(args) -> int:
     t_components = time.perf_counter() - t1
     sizes = np.asarray(result.sizes)
     print(
-        f"{len(result.vertex_ids):,} vertices, {len(edges):,} edges -> {result.n_components:,} components "
+        f"{len(result.vertex_ids):,} vertices, {len(edges):,} edges -> {result.n_components:,} "
+        f"component{'' if result.n_components == 1 else 's'} "
         f"(largest {int(sizes.max()):,} vertices)"
     )
     print(f"read {t_read:.2f} s, components {t_components:.3f} s on {backend_name(default_xp())}")

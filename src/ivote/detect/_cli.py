@@ -23,9 +23,10 @@ def _threshold(text: str):
         raise ValueError(f"--threshold must be 'otsu', 'none' or a number; got {text!r}") from None
 
 def _cmd_detect(args) -> int:
-    from ..io import read_image, write_points_csv
+    from ..io import check_output_path, read_image, write_points_csv
     from ._voting import iterative_voting
 
+    check_output_path(args.out, (".csv",))
     image, file_spacing = read_image(args.input)
     features = None
     if args.features:
@@ -67,11 +68,14 @@ def register(subparsers) -> None:
     )
     parser.add_argument("input", metavar="INPUT", help="TIFF or PNG image: 2D, 2D RGB (H&E) or 3D (Z, Y, X)")
     parser.add_argument("--radius", type=float, required=True,
-                        help="largest nucleus radius, in the units of the spacing (pixels without one)")
+                        help="largest nucleus radius (the semi-major axis of the larger nuclei, about 1.5x the "
+                             "typical radius), in the units of the spacing (pixels without one); if elongated "
+                             "nuclei are found twice, increase it")
     parser.add_argument("--spacing", type=float, nargs="+", metavar="S",
                         help="pixel size per axis: Z Y X or Y X (default: from the file, else 1)")
     parser.add_argument("--polarity", choices=("bright", "dark"), default="bright",
-                        help="bright nuclei on dark (fluorescence) or dark on bright (default: bright)")
+                        help="bright nuclei on dark (fluorescence) or dark on bright (default: bright); "
+                             "RGB H&E input is read as hematoxylin density (nuclei bright) unless --channel is given")
     parser.add_argument("--threshold", default="otsu", help="otsu (default), none, or a score value")
     parser.add_argument("--blur", type=float, default=None,
                         help="Gaussian pre-blur sigma in the units of the spacing (default: 2 pixels)")

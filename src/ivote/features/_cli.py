@@ -53,15 +53,14 @@ def _write_tiff(path, array, spacing, ndim):
 
 def _cmd_fit(args) -> int:
     from .._backend import backend_name, default_xp
+    from ..io import check_output_path
     from ._convrbm import ConvRBM
 
     images = [_read(p)[0] for p in args.inputs]
     ndims = {image.ndim for image in images}
     if len(ndims) != 1:
         raise ValueError(f"all INPUT images must have the same number of axes; got {sorted(ndims)}")
-    out = Path(args.out)
-    if out.suffix.lower() != ".npz":
-        raise ValueError(f"--out must end in .npz; got {out.name!r}")
+    out = check_output_path(args.out, (".npz",))
     patch = _parse_size(args.patch) if args.patch else None
     ndim = ndims.pop()
     if isinstance(patch, int):
@@ -85,8 +84,10 @@ def _cmd_fit(args) -> int:
 
 def _cmd_apply(args) -> int:
     from .._backend import to_host
+    from ..io import check_output_path
     from ._convrbm import ConvRBM
 
+    check_output_path(args.out, (".tif", ".tiff"))
     image, spacing = _read(args.input)
     model = ConvRBM.load(args.model)
     if image.ndim != model.ndim:

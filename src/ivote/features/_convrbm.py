@@ -567,7 +567,13 @@ class ConvRBM:
     @classmethod
     def load(cls, path, *, xp=None):
         """Read a model written by :meth:`save` (exact round trip)."""
-        with np.load(path, allow_pickle=False) as data:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"model file not found: {path}")
+        try:
+            archive = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:  # not an .npz, or one holding pickled objects
+            raise ValueError(f"{path} is not a napari-ivote ConvRBM model (an .npz from 'ivote features fit')") from exc
+        with archive as data:
             if "format" not in data or str(data["format"]) != _FORMAT:
                 raise ValueError(f"{path} is not a napari-ivote ConvRBM model ({_FORMAT})")
             filters = data["filters"]

@@ -40,6 +40,8 @@ class DetectWidget(QWidget):
         self.image_combo, self.polarity = QComboBox(), QComboBox()
         self.polarity.addItems(["bright", "dark"])
         self.radius, self.radius_label = QLabeledDoubleSlider(), QLabel("radius")
+        self.radius.setToolTip("Largest nucleus radius: about 1.5x the typical one. Nuclei found twice: "
+                               "increase it; touching nuclei merged: decrease it.")
         self.blur = QDoubleSpinBox(minimum=0.0, maximum=100.0, singleStep=0.5, specialValueText="auto")
         self.threshold, self.otsu = QLabeledDoubleSlider(), QCheckBox("Otsu", checked=True)
         self.live = QCheckBox("live preview", checked=True)

@@ -26,9 +26,10 @@ def _cmd_segment(args) -> int:
     import numpy as np
     import tifffile
 
-    from ..io import read_image, read_points_csv, write_atomic
+    from ..io import check_output_path, read_image, read_points_csv, write_atomic
     from ._segment import segment_nuclei
 
+    check_output_path(args.out, (".tif", ".tiff"))
     image, file_spacing = read_image(args.input)
     image, polarity = _grey(image, args.polarity)
     table = read_points_csv(args.points)
@@ -65,7 +66,8 @@ def register(subparsers) -> None:
     parser.add_argument("--radius", type=float, required=True,
                         help="largest nucleus radius, in the units of the spacing (pixels without one)")
     parser.add_argument("--spacing", type=float, nargs="+", metavar="S",
-                        help="pixel size per axis: Z Y X or Y X (default: from the file, else 1)")
+                        help="pixel size per axis: Z Y X or Y X (default: from the image's metadata, else "
+                             "the '# scale' line of the points CSV, else 1)")
     parser.add_argument("--polarity", choices=("bright", "dark"), default="bright",
                         help="bright nuclei on dark or dark on bright (default: bright; RGB input: hematoxylin)")
     parser.add_argument("--iterations", type=int, default=300, help="most iterations (default 300)")
