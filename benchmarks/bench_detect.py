@@ -101,6 +101,43 @@ def stage_times(xp, device_image, radius, repeat=3):
     return {key: statistics.median(v) for key, v in stages.items()}
 
 
+def pass_profile(xp, device_image, radius, repeat=3):
+    """Per-pass GPU ms (vote + turn kernels; CUDA events)."""
+    from ivote._backend import ndimage_module
+    from ivote.detect._cuda import run_passes
+    from ivote.detect._plan import make_plan
+
+    plan = make_plan(radius, (1.0,) * device_image.ndim, device_image.ndim)
+    smoothed = device_image.astype(np.float64)
+    smoothed = ndimage_module(xp).gaussian_filter((smoothed - smoothed.min()) / (smoothed.max() - smoothed.min()), 2.0)
+    runs = []
+    for _ in range(repeat + 1):  # the first run builds the tables
+        events = [xp.cuda.Event()]
+        events[0].record()
+
+        def mark(index, n, events=events):
+            event = xp.cuda.Event()
+            event.record()
+            events.append(event)
+
+        run_passes(smoothed.copy(), plan, 1.0, mark)
+        events[-1].synchronize()
+        runs.append([xp.cuda.get_elapsed_time(a, b) for a, b in zip(events[:-1], events[1:])])
+    per_pass = np.median(np.array(runs[1:]), axis=0)
+    per_pass[0] = np.median([r[0] for r in runs[1:]])  # includes set-up (weights, voters, directions)
+    return plan, per_pass
+
+
+def cone_cells(plan) -> list:
+    """Offsets inside the cone of an interior voter, per pass (ball fraction of the cone)."""
+    import math
+
+    k = len(plan.offsets)
+    if plan.ndim == 2:
+        return [k * (phi / 2) / math.pi for phi in plan.cone_angles]
+    return [k * (1 - math.cos(phi / 2)) / 2 for phi in plan.cone_angles]
+
+
 def blob_log_time(image, radius) -> float:
     from skimage.feature import blob_log
 
@@ -115,6 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--numpy-crop", type=int, nargs=2, default=(256, 48), metavar=("SIDE_2D", "SIDE_3D"))
     parser.add_argument("--no-blob-log", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="per-pass times")
     parser.add_argument("--out", default=None, help="also write the table (markdown) here")
     args = parser.parse_args(argv)
     xp = default_xp()
@@ -133,6 +171,7 @@ def main(argv=None) -> int:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(lines), flush=True)
+    profiles = []
     for ndim, size, radius in cases:
         image = make_image(ndim, size, radius)
         device_image = to_device(image, xp)
@@ -161,8 +200,31 @@ def main(argv=None) -> int:
         )
         lines.append(line)
         print(line, flush=True)
+        if args.profile:
+            plan, table_ms = pass_profile(xp, device_image, radius)
+            cells = cone_cells(plan)
+            visits = sum(c * (1 if i == plan.n_passes - 1 else 2) for i, c in enumerate(cells)) * image.size
+            profiles.append(
+                f"| {ndim}D {size}^{ndim} | "
+                + " / ".join(f"{c:.0f}" for c in cells)
+                + " | " + " / ".join(f"{t:.2f}" for t in table_ms) + f" | {table_ms.sum():.2f}"
+                + f" | {visits / (table_ms.sum() * 1e-3) / 1e9:.0f} |"
+            )
+            print(profiles[-1], flush=True)
         del device_image
         free_gpu_memory()
+    if profiles:
+        lines += [
+            "",
+            "Voting passes, GPU ms per pass (CUDA events; vote + turn kernels, pass 1 includes the voter set-up). "
+            "Cone-cell visits: cone cells of an interior voter x pixels x (2 for vote + turn, 1 in the last pass), "
+            "an upper bound (not every pixel votes) on the atomic adds plus gathers per second:",
+            "",
+            "| case | cone cells per voter, by pass | ms, by pass | passes ms | G cone-cell visits/s |",
+            "| --- | --- | --- | --- | --- |",
+            *profiles,
+        ]
+        print("\n".join(lines[-len(profiles) - 5:]), flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
     return 0

@@ -1,17 +1,20 @@
 """CUDA launch code of the voting passes (kernels in ``ivote/kernels/ivote.cu``).
 
 Mirrors ``_reference.py`` step by step; the kernels do the loops that NumPy
-vectorises over offsets. Voters are compacted once (one host synchronisation,
+vectorises over offsets, each voter over the offsets listed for its
+direction's bin (``_cone_tables.py``). Voters are compacted once (one host synchronisation,
 before the passes); the pass loop then only queues kernels.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, to_host
+from ._cone_tables import cone_tables
 from ._plan import VotingPlan, make_plan
 
 __all__ = ["run_passes"]
@@ -24,11 +27,26 @@ def _module(ndim: int, index: str):
     names = tuple(
         f"{kernel}<{ndim}, {index}>"
         for kernel in (
-            "ivote_gradient_max", "ivote_quantise_weights", "ivote_initial_directions", "ivote_vote", "ivote_turn"
+            "ivote_gradient_max", "ivote_quantise_weights", "ivote_initial_directions", "ivote_vote_table",
+            "ivote_turn_table",
         )
     )
     module = load_module("ivote", name_expressions=names, options=_OPTIONS)
     return {name.split("<")[0]: module.get_function(name) for name in names}
+
+
+_tables: OrderedDict = OrderedDict()
+
+
+def _cone_tables(plan: VotingPlan, xp):
+    """The plan's cone tables on the current GPU, memoized (a few plans)."""
+    key = (plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
+    if key not in _tables:
+        _tables[key] = cone_tables(plan, xp)
+        while len(_tables) > 8:
+            _tables.popitem(last=False)
+    _tables.move_to_end(key)
+    return _tables[key]
 
 
 def _dims(shape):
@@ -95,7 +113,6 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
     Z, Y, X = _dims(smoothed.shape)
     spacing64 = (1.0,) * (3 - ndim) + plan.spacing
     spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
-    window = tuple(np.int32(w) for w in (0,) * (3 - ndim) + plan.window)
     size = smoothed.size
 
     # weights: the gradient magnitude quantised exactly as in _reference.prepare_voters
@@ -124,16 +141,18 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
         )
     del smoothed
 
-    for pass_index, (phi, cos_half) in enumerate(zip(plan.cone_angles, plan.cos_half32)):
-        geometry = (
-            np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X), *spacing32, *window,
-            np.float32(plan.radius), plan.radius_sq32, np.float32(cos_half), np.float32(phi / 2),
-        )
+    tables = _cone_tables(plan, xp)
+    for pass_index, (table, cos_half) in enumerate(zip(tables, plan.cos_half32)):
+        last = pass_index == plan.n_passes - 1
         votes.fill(0)
         if n_voters:
-            kernels["ivote_vote"](_grid(n_voters), (_BLOCK,), (voters, weights, directions, *geometry, votes))
-            if pass_index < plan.n_passes - 1:
-                kernels["ivote_turn"](_grid(n_voters), (_BLOCK,), (voters, directions, *geometry, votes))
+            geometry = (
+                np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X), *spacing32, np.float32(cos_half),
+                np.int32(table.cells), table.starts, table.entries,
+            )
+            kernels["ivote_vote_table"](_grid(n_voters), (_BLOCK,), (voters, weights, directions, *geometry, votes))
+            if not last:
+                kernels["ivote_turn_table"](_grid(n_voters), (_BLOCK,), (voters, directions, *geometry, votes))
         if iter_callback is not None:
             iter_callback(pass_index, plan.n_passes)
     return votes

@@ -10,8 +10,6 @@
 // Voters are given by their flat index; directions are int16 vectors of about
 // 32767 in length, NDIM per voter, in physical (spacing-scaled) coordinates.
 
-#define IVOTE_PI_F 3.14159265358979f
-
 // ivote_diff: one component of np.gradient (edge_order=1) at position `pos`
 // along an axis of length n, stride `stride`, spacing h.
 __device__ __forceinline__ double ivote_diff(const double* f, long long idx, long long stride,
@@ -86,46 +84,73 @@ __global__ void ivote_initial_directions(const double* __restrict__ f, const Ind
     }
 }
 
-// ivote_axis_range: the coordinates [*first, *last] along one axis that the
-// cone of a voter at `pos` (of n) can reach: the axis-aligned extent of a
-// spherical sector of the radius around the direction (component a of length
-// norm_a) and half-angle, slightly widened, clipped to the window and to the
-// image. Written with non-negative extents and minima only: a driver JIT on the
-// device machine miscompiled max(x, -y) on ints (every cone box came out empty).
-__device__ __forceinline__ void ivote_axis_range(float a, float norm_a, float half_angle, float radius, float s,
-                                                 int window, int pos, int n, int* first, int* last)
+// Cone tables (ivote/detect/_cone_tables.py): each voter walks the list of
+// offsets of its direction's bin, a small superset of its cone (about 1.3x in
+// 2D, 1.5-2x in 3D), in lexicographic order, and makes the exact test: voter j
+// adds weights[j] to every pixel p with 0 < |p - t| < radius and
+// dot(p - t, a) >= cos_half * |p - t| * |a| (physical units). Measured on an
+// H100, the passes took 1.7x (2D) to 2.6x (3D) less time than with the cone's
+// axis-aligned bounding box, which holds 20-130 box cells per cone cell once
+// the cone is narrow and diagonal.
+
+// ivote_direction_bin<NDIM>: the cube-map bin of direction (az, ay, ax) (2D:
+// the square map of (ay, ax)): the largest |component| (first on ties) and its
+// sign pick a face; every other component divided by it picks one of `cells`
+// cells along that face axis. Same float32 operations as direction_bins().
+template <int NDIM>
+__device__ __forceinline__ int ivote_direction_bin(float az, float ay, float ax, int cells)
 {
-    const float u = fminf(1.0f, fmaxf(-1.0f, a / norm_a));
-    const float alpha = acosf(u);  // angle between the axis and the cone's axis
-    const float reach_up = (alpha <= half_angle) ? radius : fmaxf(0.0f, radius * cosf(alpha - half_angle));
-    const float reach_down = (alpha + half_angle >= IVOTE_PI_F)
-                                 ? radius
-                                 : fmaxf(0.0f, radius * cosf(IVOTE_PI_F - (alpha + half_angle)));
-    int up = (int)ceilf(reach_up / s + 0.01f);
-    int down = (int)ceilf(reach_down / s + 0.01f);
-    if (up > window) up = window;
-    if (up > n - 1 - pos) up = n - 1 - pos;
-    if (down > window) down = window;
-    if (down > pos) down = pos;
-    *first = pos - down;
-    *last = pos + up;
+    const float c[3] = {az, ay, ax};
+    const int base = 3 - NDIM;
+    int axis = base;
+    float major = fabsf(c[base]);
+    for (int i = base + 1; i < 3; ++i) {
+        if (fabsf(c[i]) > major) {
+            axis = i;
+            major = fabsf(c[i]);
+        }
+    }
+    int bin = 2 * (axis - base) + (c[axis] < 0.0f ? 1 : 0);
+    const float half_cells = 0.5f * (float)cells;
+    for (int i = base; i < 3; ++i) {
+        if (i == axis) continue;
+        const float u = c[i] / major;
+        int cell = (int)floorf((u + 1.0f) * half_cells);
+        cell = cell < 0 ? 0 : (cell > cells - 1 ? cells - 1 : cell);
+        bin = bin * cells + cell;
+    }
+    return bin;
 }
 
-// The voter's position and direction (float) and the box around its cone
-// (absolute coordinates), shared by the vote and turn kernels. The box is
-// slightly conservative; the exact test decides.
-struct IvoteCone {
+// ivote_unpack<NDIM>: a packed table entry -> pixel offset (dz, dy, dx).
+template <int NDIM>
+__device__ __forceinline__ void ivote_unpack(int packed, int* dz, int* dy, int* dx)
+{
+    if (NDIM == 2) {
+        *dz = 0;
+        *dy = packed >> 16;  // arithmetic shift: the signed upper half
+        *dx = (int)(short)(packed & 0xFFFF);
+    } else {
+        const unsigned int bits = (unsigned int)packed;
+        *dz = (int)((bits >> 20) & 0x3FFu) - 512;
+        *dy = (int)((bits >> 10) & 0x3FFu) - 512;
+        *dx = (int)(bits & 0x3FFu) - 512;
+    }
+}
+
+// The voter's position, direction (float) and table range, shared by the
+// vote and turn kernels below.
+struct IvoteTableCone {
     int z, y, x;
     float az, ay, ax, norm_a;
-    int z0, z1, y0, y1, x0, x1;
+    int first, last;
 };
 
 template <int NDIM, typename Index>
-__device__ __forceinline__ IvoteCone ivote_cone(Index t, const short* directions, long long j, int Z, int Y, int X,
-                                                float sz, float sy, float sx, int wz, int wy, int wx,
-                                                float radius, float half_angle)
+__device__ __forceinline__ IvoteTableCone ivote_table_cone(Index t, const short* directions, long long j, int Y, int X,
+                                                           int cells, const int* __restrict__ starts)
 {
-    IvoteCone c;
+    IvoteTableCone c;
     c.x = (int)(t % X);
     c.y = (int)((t / X) % Y);
     c.z = (int)(t / ((Index)X * Y));
@@ -133,84 +158,71 @@ __device__ __forceinline__ IvoteCone ivote_cone(Index t, const short* directions
     c.ay = (float)directions[j * NDIM + NDIM - 2];
     c.ax = (float)directions[j * NDIM + NDIM - 1];
     c.norm_a = sqrtf((c.az * c.az + c.ay * c.ay) + c.ax * c.ax);
-    c.z0 = c.z;
-    c.z1 = c.z;
-    if (NDIM == 3) ivote_axis_range(c.az, c.norm_a, half_angle, radius, sz, wz, c.z, Z, &c.z0, &c.z1);
-    ivote_axis_range(c.ay, c.norm_a, half_angle, radius, sy, wy, c.y, Y, &c.y0, &c.y1);
-    ivote_axis_range(c.ax, c.norm_a, half_angle, radius, sx, wx, c.x, X, &c.x0, &c.x1);
+    const int bin = ivote_direction_bin<NDIM>(c.az, c.ay, c.ax, cells);
+    c.first = __ldg(starts + bin);
+    c.last = __ldg(starts + bin + 1);
     return c;
 }
 
-// ivote_vote<NDIM, Index>: scatter. Voter j adds weights[j] to every pixel p
-// with 0 < |p - t| < radius and angle(p - t, a) <= half-angle, i.e.
-// dot >= cos_half * |p - t| * |a| (physical units). votes must be zeroed first.
+// ivote_vote_table<NDIM, Index>: scatter. Voter j adds weights[j] to every
+// pixel of its cone (exact test above) among its bin's offsets. votes must be
+// zeroed first.
 template <int NDIM, typename Index>
-__global__ void ivote_vote(const Index* __restrict__ voters, const unsigned int* __restrict__ weights,
-                           const short* __restrict__ directions, long long n_voters, int Z, int Y, int X,
-                           float sz, float sy, float sx, int wz, int wy, int wx, float radius, float radius_sq,
-                           float cos_half, float half_angle, unsigned int* __restrict__ votes)
+__global__ void ivote_vote_table(const Index* __restrict__ voters, const unsigned int* __restrict__ weights,
+                                 const short* __restrict__ directions, long long n_voters, int Z, int Y, int X,
+                                 float sz, float sy, float sx, float cos_half, int cells,
+                                 const int* __restrict__ starts, const int* __restrict__ entries,
+                                 unsigned int* __restrict__ votes)
 {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_voters) return;
-    const Index t = voters[j];
-    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
+    const IvoteTableCone c = ivote_table_cone<NDIM, Index>(voters[j], directions, j, Y, X, cells, starts);
     const unsigned int w = weights[j];
-    for (int pz = c.z0; pz <= c.z1; ++pz) {
-        const int dz = pz - c.z;
-        const float oz = (float)dz * sz;
-        for (int py = c.y0; py <= c.y1; ++py) {
-            const int dy = py - c.y;
-            const float oy = (float)dy * sy;
-            const Index row = ((Index)pz * Y + py) * X;
-            for (int px = c.x0; px <= c.x1; ++px) {
-                const int dx = px - c.x;
-                const float ox = (float)dx * sx;
-                const float d2 = (oz * oz + oy * oy) + ox * ox;
-                if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
-                const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-                if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + row + px, w);
-            }
-        }
+    for (int e = c.first; e < c.last; ++e) {
+        int dz, dy, dx;
+        ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
+        const int pz = c.z + dz, py = c.y + dy, px = c.x + dx;
+        if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
+        if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
+        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
+        const float d2 = (oz * oz + oy * oy) + ox * ox;
+        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
+        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + ((Index)pz * Y + py) * X + px, w);
     }
 }
 
-// ivote_turn<NDIM, Index>: voter j turns towards the largest vote inside its
-// cone (first in lexicographic offset order on ties); unchanged if the cone
-// holds no vote. The new direction is the physical offset scaled to 32767.
+// ivote_turn_table<NDIM, Index>: voter j turns towards the largest vote inside
+// its cone (first in lexicographic offset order on ties, as the bin's offsets
+// are listed); unchanged if the cone holds no vote. The new direction is the
+// physical offset scaled to 32767.
 template <int NDIM, typename Index>
-__global__ void ivote_turn(const Index* __restrict__ voters, short* __restrict__ directions, long long n_voters,
-                           int Z, int Y, int X, float sz, float sy, float sx, int wz, int wy, int wx, float radius,
-                           float radius_sq, float cos_half, float half_angle, const unsigned int* __restrict__ votes)
+__global__ void ivote_turn_table(const Index* __restrict__ voters, short* __restrict__ directions, long long n_voters,
+                                 int Z, int Y, int X, float sz, float sy, float sx, float cos_half, int cells,
+                                 const int* __restrict__ starts, const int* __restrict__ entries,
+                                 const unsigned int* __restrict__ votes)
 {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_voters) return;
-    const Index t = voters[j];
-    const IvoteCone c = ivote_cone<NDIM, Index>(t, directions, j, Z, Y, X, sz, sy, sx, wz, wy, wx, radius, half_angle);
+    const IvoteTableCone c = ivote_table_cone<NDIM, Index>(voters[j], directions, j, Y, X, cells, starts);
     unsigned int best = 0;
     float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
-    for (int pz = c.z0; pz <= c.z1; ++pz) {
-        const int dz = pz - c.z;
-        const float oz = (float)dz * sz;
-        for (int py = c.y0; py <= c.y1; ++py) {
-            const int dy = py - c.y;
-            const float oy = (float)dy * sy;
-            const Index row = ((Index)pz * Y + py) * X;
-            for (int px = c.x0; px <= c.x1; ++px) {
-                const int dx = px - c.x;
-                const float ox = (float)dx * sx;
-                const float d2 = (oz * oz + oy * oy) + ox * ox;
-                if (!(d2 < radius_sq) || (dz == 0 && dy == 0 && dx == 0)) continue;
-                const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-                if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
-                    const unsigned int v = __ldg(votes + row + px);
-                    if (v > best) {
-                        best = v;
-                        best_oz = oz;
-                        best_oy = oy;
-                        best_ox = ox;
-                        best_d2 = d2;
-                    }
-                }
+    for (int e = c.first; e < c.last; ++e) {
+        int dz, dy, dx;
+        ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
+        const int pz = c.z + dz, py = c.y + dy, px = c.x + dx;
+        if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
+        if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
+        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
+        const float d2 = (oz * oz + oy * oy) + ox * ox;
+        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
+        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
+            const unsigned int v = __ldg(votes + ((Index)pz * Y + py) * X + px);
+            if (v > best) {
+                best = v;
+                best_oz = oz;
+                best_oy = oy;
+                best_ox = ox;
+                best_d2 = d2;
             }
         }
     }
@@ -221,3 +233,17 @@ __global__ void ivote_turn(const Index* __restrict__ voters, short* __restrict__
         directions[j * NDIM + NDIM - 1] = (short)rintf((best_ox / norm) * 32767.0f);
     }
 }
+
+#ifdef IVOTE_NVCC_CHECK
+#define IVOTE_INSTANTIATE(NDIM, INDEX)                                                                               \
+    template __global__ void ivote_vote_table<NDIM, INDEX>(const INDEX*, const unsigned int*, const short*, long long, \
+                                                           int, int, int, float, float, float, float, int, const int*, \
+                                                           const int*, unsigned int*);                                 \
+    template __global__ void ivote_turn_table<NDIM, INDEX>(const INDEX*, short*, long long, int, int, int, float,      \
+                                                           float, float, float, int, const int*, const int*,           \
+                                                           const unsigned int*);
+IVOTE_INSTANTIATE(2, int)
+IVOTE_INSTANTIATE(3, int)
+IVOTE_INSTANTIATE(3, long long)
+#undef IVOTE_INSTANTIATE
+#endif

@@ -1,0 +1,162 @@
+"""Cone tables: for every direction bin, the voting offsets that can lie in the
+cone of any direction of that bin (the GPU kernels' replacement for a
+bounding box).
+
+A cone of half-angle ``alpha`` around a thin diagonal direction fills a tiny
+part of its axis-aligned bounding box (1 cell in 20-130 in the narrow passes),
+so testing every box cell wastes most of the work. Instead, directions are
+sorted into bins (a cube map: the dominant axis and its sign pick a face, the
+other components divided by the dominant one pick a cell of an ``n`` x ``n``
+grid on it; a square map of 4 x ``n`` bins in 2D) and each bin lists, in
+lexicographic order, the offsets within ``alpha + delta`` of its centre
+direction, where ``delta`` bounds the angle between the centre and any
+direction of the bin. Every offset of the exact cone of a direction of the bin
+is in the list (the kernel still makes the exact float32 test), so the vote
+field is the same as with the full disc/ball of ``_reference.py``, and the
+order keeps the turn step's tie-break (first offset in lexicographic order).
+
+Offsets are packed into one int32 per entry: ``dy, dx`` as two int16 in 2D,
+``dz, dy, dx`` as three 10-bit fields (|offset| <= 511) in 3D.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._plan import VotingPlan
+
+__all__ = ["ConeTable", "cone_tables", "direction_bins", "pack_offsets", "unpack_offsets"]
+
+MARGIN = 1e-3
+"""Extra angle (radians) for float32 rounding of directions, bins and cone tests."""
+
+_MAX_CELLS_PER_FACE = {2: 256, 3: 32}
+_ANGLE_FRACTION = 3.0  # bin half-width about alpha / 3: lists hold ~1.3x (2D) / ~1.8x (3D) the cone
+_CHUNK = 1 << 24  # bins x offsets evaluated per chunk
+
+
+@dataclass(frozen=True)
+class ConeTable:
+    """One pass's table: entries of bin b are ``entries[starts[b]:starts[b + 1]]``."""
+
+    cells: int
+    """Bins per face axis (n)."""
+    starts: object
+    """(n_bins + 1,) int32 array of the backend."""
+    entries: object
+    """(n_entries,) int32 packed offsets, lexicographic within each bin."""
+
+    @property
+    def n_bins(self) -> int:
+        return len(self.starts) - 1
+
+
+def pack_offsets(offsets: np.ndarray) -> np.ndarray:
+    """(K, ndim) int offsets -> (K,) int32 packed as the kernels decode them."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.shape[1] == 2:
+        packed = ((offsets[:, 0] & 0xFFFF) << 16) | (offsets[:, 1] & 0xFFFF)
+    else:
+        if np.abs(offsets).max(initial=0) > 511:
+            raise ValueError(
+                "radius must be at most 511 voxels along each axis (radius / spacing) for 3D voting on the GPU"
+            )
+        packed = ((offsets[:, 0] + 512) << 20) | ((offsets[:, 1] + 512) << 10) | (offsets[:, 2] + 512)
+    return packed.astype(np.uint32).view(np.int32)
+
+
+def unpack_offsets(packed: np.ndarray, ndim: int) -> np.ndarray:
+    """Inverse of :func:`pack_offsets` (the kernels' decoding, for tests)."""
+    bits = np.asarray(packed).view(np.uint32).astype(np.int64)
+    if ndim == 2:
+        fields = [(bits >> 16) & 0xFFFF, bits & 0xFFFF]
+        return np.stack([np.where(f >= 0x8000, f - 0x10000, f) for f in fields], axis=1)
+    return np.stack([((bits >> s) & 0x3FF) - 512 for s in (20, 10, 0)], axis=1)
+
+
+def direction_bins(directions, cells: int, ndim: int) -> np.ndarray:
+    """The bin of each (N, ndim) direction, as the kernels compute it (float32)."""
+    a = np.asarray(directions, dtype=np.float32)
+    magnitude = np.abs(a)
+    axis = np.argmax(magnitude, axis=1)  # first of equal components, as the kernels
+    rows = np.arange(len(a))
+    major = magnitude[rows, axis]
+    face = 2 * axis + (a[rows, axis] < 0)
+    bins = face.astype(np.int64)
+    for j in range(ndim - 1):
+        other = np.where(np.arange(ndim - 1)[j] < axis, j, j + 1)  # the j-th axis other than `axis`
+        u = a[rows, other] / major
+        cell = np.floor((u + np.float32(1)) * np.float32(0.5 * cells)).astype(np.int64)
+        bins = bins * cells + np.clip(cell, 0, cells - 1)
+    return bins
+
+
+def _bin_geometry(cells: int, ndim: int):
+    """Unit centre direction (n_bins, ndim) and angular radius (n_bins,) of every bin."""
+    edges = np.linspace(-1.0, 1.0, cells + 1)
+    centres_1d = 0.5 * (edges[:-1] + edges[1:])
+    grids = np.meshgrid(*[np.arange(cells)] * (ndim - 1), indexing="ij")
+    cell_index = np.stack([g.ravel() for g in grids], axis=1)  # (n^(ndim-1), ndim-1)
+    centres, radii = [], []
+    for face in range(2 * ndim):
+        axis, sign = divmod(face, 2)
+        sign = -1.0 if sign else 1.0
+        others = [i for i in range(ndim) if i != axis]
+
+        def direction(uv):
+            d = np.zeros((len(uv), ndim))
+            d[:, axis] = sign
+            for j, o in enumerate(others):
+                d[:, o] = uv[:, j]
+            return d / np.linalg.norm(d, axis=1, keepdims=True)
+
+        centre = direction(centres_1d[cell_index])
+        # the largest angle to the centre is at a corner of the cell (quasi-convexity)
+        worst = np.zeros(len(cell_index))
+        for corner in np.ndindex(*(2,) * (ndim - 1)):
+            corner_dir = direction(edges[cell_index + np.asarray(corner)])
+            cos = np.clip(np.sum(corner_dir * centre, axis=1), -1.0, 1.0)
+            worst = np.maximum(worst, np.arccos(cos))
+        centres.append(centre)
+        radii.append(worst)
+    return np.concatenate(centres), np.concatenate(radii)
+
+
+def cells_for(half_angle: float, ndim: int) -> int:
+    """Bins per face axis for a pass: bin radius about half_angle / 3, capped."""
+    reach = 1.0 if ndim == 2 else math.sqrt(2.0)  # angular radius of a face cell ~ reach / n
+    cells = math.ceil(reach * _ANGLE_FRACTION / half_angle)
+    return int(min(max(cells, 1), _MAX_CELLS_PER_FACE[ndim]))
+
+
+def _table(plan: VotingPlan, cos_half, xp) -> ConeTable:
+    ndim = plan.ndim
+    alpha = math.acos(min(1.0, float(cos_half)))  # the float32 test's half-angle
+    cells = cells_for(alpha, ndim)
+    centres, radii = _bin_geometry(cells, ndim)
+    limit = np.cos(np.minimum(alpha + radii + MARGIN, math.pi))  # offset kept when cos(angle) >= limit
+    physical = plan.offsets_physical.astype(np.float64)
+    unit = physical / np.linalg.norm(physical, axis=1, keepdims=True)
+    unit_d, packed_d = xp.asarray(unit), xp.asarray(pack_offsets(plan.offsets))
+    centres_d, limit_d = xp.asarray(centres), xp.asarray(limit)
+    n_bins, n_offsets = len(centres), len(unit)
+    step = max(1, _CHUNK // max(n_offsets, 1))
+    counts, parts = [], []
+    for first in range(0, n_bins, step):
+        last = min(n_bins, first + step)
+        keep = (centres_d[first:last] @ unit_d.T) >= limit_d[first:last, None]
+        counts.append(keep.sum(axis=1))
+        rows, columns = xp.nonzero(keep)  # row-major: by bin, then offset (lexicographic)
+        parts.append(packed_d[columns])
+    starts = xp.zeros(n_bins + 1, dtype=np.int32)
+    starts[1:] = xp.cumsum(xp.concatenate(counts))
+    entries = xp.concatenate(parts).astype(np.int32) if parts else xp.zeros(0, np.int32)
+    return ConeTable(cells=cells, starts=starts, entries=entries)
+
+
+def cone_tables(plan: VotingPlan, xp=np) -> tuple:
+    """One :class:`ConeTable` per pass, as arrays of ``xp``."""
+    return tuple(_table(plan, cos_half, xp) for cos_half in plan.cos_half32)

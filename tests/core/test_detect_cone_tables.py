@@ -1,0 +1,74 @@
+"""Cone tables of the GPU voting kernels, checked on the CPU: every offset of
+every voter's exact cone is listed for its bin, in the reference's order."""
+
+import numpy as np
+import pytest
+
+from ivote.data import synthetic_nuclei
+from ivote.detect._cone_tables import cone_tables, direction_bins, pack_offsets, unpack_offsets
+from ivote.detect._plan import DIRECTION_SCALE, make_plan
+from ivote.detect._reference import _as_float32_axes, _in_cone, prepare_voters
+from ivote.detect._voting import _DEFAULT_BLUR_PIXELS
+
+
+def random_directions(ndim, n, seed):
+    """int16 directions as the kernels hold them: random, axis-aligned, diagonal and on bin edges."""
+    rng = np.random.default_rng(seed)
+    d = rng.normal(size=(n, ndim))
+    special = np.array(list(np.ndindex(*(3,) * ndim)), dtype=float) - 1  # axes, diagonals
+    special = special[np.any(special != 0, axis=1)]
+    edges = rng.normal(size=(n // 4, ndim))
+    edges[:, 0] = np.abs(edges[:, 1:]).max(axis=1) * rng.choice([-1, 1], len(edges))  # two equal majors
+    d = np.concatenate([d, special, edges])
+    d = d / np.linalg.norm(d, axis=1, keepdims=True)
+    return np.rint(d * DIRECTION_SCALE).astype(np.int16)
+
+
+def assert_tables_cover(plan, directions):
+    tables = cone_tables(plan, np)
+    direction, norm = _as_float32_axes(directions)
+    packed = pack_offsets(plan.offsets)
+    position = {int(p): k for k, p in enumerate(packed)}
+    for table, cos_half in zip(tables, plan.cos_half32):
+        bins = direction_bins(directions, table.cells, plan.ndim)
+        assert bins.min() >= 0 and bins.max() < table.n_bins
+        listed = np.zeros((table.n_bins, len(plan.offsets)), dtype=bool)
+        for b in range(table.n_bins):
+            ks = [position[int(p)] for p in table.entries[table.starts[b]:table.starts[b + 1]]]
+            assert ks == sorted(ks)  # lexicographic order: the turn step's tie-break
+            listed[b, ks] = True
+        for k in range(len(plan.offsets)):
+            hit = _in_cone(plan, k, direction, norm, cos_half)
+            missing = hit & ~listed[bins, k]
+            assert not missing.any(), f"offset {plan.offsets[k]} missing for {directions[missing][:3]}"
+        in_cone = sum(_in_cone(plan, k, direction, norm, cos_half).sum() for k in range(len(plan.offsets)))
+        scanned = (table.starts[bins + 1] - table.starts[bins]).sum()
+        assert scanned <= 6 * max(in_cone, len(directions))  # a small superset, not the whole ball
+
+
+@pytest.mark.parametrize("ndim, radius, spacing", [(2, 7.0, (1.0, 1.0)), (2, 5.0, (1.0, 0.7)),
+                                                   (3, 4.0, (1.0, 1.0, 1.0)), (3, 5.0, (2.0, 1.0, 1.0))])
+def test_tables_cover_every_cone(ndim, radius, spacing):
+    plan = make_plan(radius, spacing, ndim)
+    assert_tables_cover(plan, random_directions(ndim, 400, seed=ndim))
+
+
+def test_tables_cover_the_directions_of_a_real_run():
+    sample = synthetic_nuclei((20, 48, 48), radius=5, spacing=(2.0, 1.0, 1.0), seed=3)
+    plan = make_plan(5.0, sample.spacing, 3)
+    from scipy import ndimage
+
+    image = (sample.image - sample.image.min()) / np.ptp(sample.image)
+    smoothed = ndimage.gaussian_filter(image, [_DEFAULT_BLUR_PIXELS / s for s in sample.spacing])
+    _, _, directions = prepare_voters(smoothed, plan, 1.0)
+    assert_tables_cover(plan, directions[:: max(1, len(directions) // 3000)])
+
+
+def test_pack_round_trip():
+    rng = np.random.default_rng(0)
+    offsets2 = rng.integers(-30000, 30000, size=(100, 2))
+    offsets3 = rng.integers(-511, 512, size=(100, 3))
+    assert np.array_equal(unpack_offsets(pack_offsets(offsets2), 2), offsets2)
+    assert np.array_equal(unpack_offsets(pack_offsets(offsets3), 3), offsets3)
+    with pytest.raises(ValueError, match="radius must be at most 511"):
+        pack_offsets(np.array([[0, 0, 600]]))
