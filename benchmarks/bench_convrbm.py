@@ -11,7 +11,8 @@ is the peer. PyTorch is imported only here.
 
 Usage::
 
-    python benchmarks/bench_convrbm.py [--quick] [--no-torch] [--no-numpy] [--out FILE]
+    python benchmarks/bench_convrbm.py [--quick] [--breakdown] [--case 128x128x128:9:1 ...] [--no-torch] [--no-numpy]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -55,17 +56,19 @@ def our_step(model, batch, lr=1e-3):
     model.visible_bias_ += lr * grad_b
 
 
-def time_gpu(fn, xp, repeat):
+def time_gpu(fn, xp, repeat, inner=1):
+    """Median over ``repeat`` of the time of ``inner`` back-to-back calls, per call (seconds)."""
     fn()  # warm-up: kernel compilation, FFT plans
     xp.cuda.get_current_stream().synchronize()
     start, stop = xp.cuda.Event(), xp.cuda.Event()
     times = []
     for _ in range(repeat):
         start.record()
-        fn()
+        for _ in range(inner):
+            fn()
         stop.record()
         stop.synchronize()
-        times.append(xp.cuda.get_elapsed_time(start, stop) / 1e3)
+        times.append(xp.cuda.get_elapsed_time(start, stop) / 1e3 / inner)
     return float(np.median(times))
 
 
@@ -101,17 +104,21 @@ def breakdown(xp, shape=(128, 128, 128), k=9, s=1, repeat=5):
     gradient = xp.zeros_like(filters)
     parts = [
         ("rfftn, 32 maps", 2, lambda: rfftn(maps, g.fft_shape, xp)),
-        ("irfftn, 32 maps", 2, lambda: irfftn(h_spec.copy(), g.fft_shape, xp, overwrite=True)),
+        ("irfftn, 32 maps (unnormalised)", 2,
+         lambda: irfftn(h_spec.copy(), g.fft_shape, xp, overwrite=True, normalise=False)),
         ("(copy of 32 spectra, subtract)", -2, lambda: h_spec.copy()),
         ("hidden_spectrum kernel", 2, lambda: hidden_spectrum(filters, v_spec, xp)),
         ("visible_spectrum kernel", 1, lambda: visible_spectrum(filters, h_spec, xp)),
         ("accumulate_gradient kernel", 1, lambda: accumulate_gradient(gradient, h_spec, v_spec, h_spec, v_spec, xp)),
-        ("noisy_relu kernel (hashed noise)", 2, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, 7, xp)),
+        ("noisy_relu kernel (hashed noise)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, 7, xp)),
+        ("noisy_relu kernel (mean)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, None, xp)),
+        ("filter spectra (per mini-batch)", 0, lambda: model._filter_spectra(g)),
+        ("filter gradient crop (per mini-batch)", 0, lambda: model._filter_gradient(gradient.copy(), g)),
         ("one CD-1 step (_cd1, one image)", 0, lambda: model._cd1(visible, g, filters, gradient, 7)),
     ]
     print(f"\nbreakdown {'x'.join(map(str, shape))} k{k} s{s}, FFT shape {g.fft_shape}:")
     for name, calls, fn in parts:
-        ms = time_gpu(fn, xp, repeat) * 1e3
+        ms = time_gpu(fn, xp, repeat, inner=10) * 1e3  # 10 calls per event pair: launch overhead amortised
         print(f"  {name:36s} {ms:7.3f} ms" + (f" x {calls}" if calls else ""), flush=True)
 
 
@@ -208,6 +215,8 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     parser.add_argument("--breakdown", action="store_true", help="first time the parts of the 9^3 step")
+    parser.add_argument("--case", action="append", default=None, metavar="SHAPE:K:S",
+                        help="run only this case, e.g. 128x128x128:9:1 (repeatable)")
     args = parser.parse_args(argv)
     if not cupy_available():
         print("bench_convrbm: needs a CUDA GPU with CuPy")
@@ -235,7 +244,13 @@ def main(argv=None):
     ]
     print("\n".join(lines), flush=True)
     rows = []
-    for shape, k, s in cases(args.quick):
+    selected = cases(args.quick)
+    if args.case:
+        selected = []
+        for text in args.case:
+            shape, k, s = text.split(":")
+            selected.append((tuple(int(n) for n in shape.split("x")), int(k), int(s)))
+    for shape, k, s in selected:
         name = f"{'x'.join(map(str, shape))} k{k} s{s}"
         ours_s, held, estimate = ours(shape, k, s, xp, args.repeat)
         free_gpu_memory()

@@ -175,6 +175,31 @@ def test_space_to_depth_strided_correlation_equals_direct(ndim, stride):
     assert np.array_equal(depth_to_space(image_blocks, stride, ndim), image)
 
 
+@pytest.mark.parametrize("shape", [(12, 10), (9, 11, 15), (8, 6, 7)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pruned_dfts_equal_fft_of_padded_taps(shape, dtype):
+    from ivote.features._spectral import cropped_irfftn, taps_rfftn
+
+    rng = np.random.default_rng(4)
+    ndim = len(shape)
+    kshape = (3, 4, 2)[:ndim]
+    positions = [(np.arange(k) - 1) % p for k, p in zip(kshape, shape)]  # wraps around the origin
+    taps = rng.normal(size=(2, 3) + kshape).astype(dtype)
+    padded = np.zeros((2, 3) + shape)
+    padded[(slice(None), slice(None)) + np.ix_(*positions)] = taps
+    axes = tuple(range(-ndim, 0))
+    expected = np.fft.rfftn(padded, axes=axes)
+    spectrum = taps_rfftn(taps, positions, shape, np)
+    assert spectrum.dtype == (np.complex64 if dtype == np.float32 else np.complex128)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    assert np.abs(spectrum - expected).max() / np.abs(expected).max() < tolerance  # complex: not _relative_error
+    # inverse at the taps: a spectrum of a real volume (Hermitian), e.g. a product of two
+    volume = rng.normal(size=(2, 3) + shape)
+    full = np.fft.rfftn(volume, axes=axes).astype(spectrum.dtype)
+    cropped = cropped_irfftn(full, positions, shape, np)
+    assert _relative_error(cropped, volume[(slice(None), slice(None)) + np.ix_(*positions)]) < tolerance
+
+
 def test_fft_size_is_5_smooth_and_minimal():
     def smooth(n):
         for p in (2, 3, 5):

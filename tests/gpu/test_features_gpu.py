@@ -100,3 +100,45 @@ def test_fft_shape_is_timed_among_candidates():
     shape = fastest_fft_shape((132, 66, 132), 8, np.float32, cp)
     assert shape[0] in fft_size_candidates(132) and shape[1] == 72 and shape[2] in fft_size_candidates(132)
     assert fastest_fft_shape((132, 66, 132), 8, np.float32, cp) == shape  # memoized
+
+
+def test_noisy_relu_vector_and_scalar_paths_agree():
+    from ivote.features._spectral import noisy_relu
+
+    cp = _backend.default_xp()
+    shape = (3, 10, 12, 16)
+    mu = cp.asarray(np.random.default_rng(2).normal(0, 2, shape), dtype=np.float32)
+    bias = cp.asarray([0.5, -0.3, 0.1], dtype=np.float32)
+    # a view 4 bytes into a buffer is not 16-byte aligned: the kernel falls back to one element per thread
+    buffer = cp.empty(mu.size + 1, dtype=np.float32)
+    unaligned = buffer[1:].reshape(shape)
+    unaligned[...] = mu
+    assert unaligned.data.ptr % 16 != 0 and mu.data.ptr % 16 == 0
+    box = (9, 11, 14)
+    for noise in (None, 99, cp.asarray(np.random.default_rng(3).standard_normal(shape), dtype=np.float32)):
+        vector = _backend.to_host(noisy_relu(mu, bias, box, noise, cp))
+        scalar = _backend.to_host(noisy_relu(unaligned, bias, box, noise, cp))
+        assert np.allclose(vector, scalar, rtol=1e-6, atol=1e-6)
+        if noise is None or not isinstance(noise, int):
+            expected = noisy_relu(_backend.to_host(mu), _backend.to_host(bias), box,
+                                  None if noise is None else _backend.to_host(noise), np)
+            assert _relative_error(vector, expected) < 1e-5
+
+
+def test_pruned_dfts_match_cufft():
+    from ivote.features._spectral import cropped_irfftn, irfftn, rfftn, taps_rfftn
+
+    cp = _backend.default_xp()
+    shape = (40, 36, 30)
+    positions = [(np.arange(9) - 4) % p for p in shape]
+    taps = cp.asarray(np.random.default_rng(5).normal(size=(4, 1, 9, 9, 9)), dtype=np.float32)
+    padded = cp.zeros((4, 1) + shape, dtype=np.float32)
+    index = cp.ix_(*[cp.asarray(p) for p in positions])
+    padded[(slice(None), slice(None)) + index] = taps
+    spectrum = taps_rfftn(taps, positions, shape, cp)
+    expected = rfftn(padded, shape, cp)
+    assert float(abs(spectrum - expected).max() / abs(expected).max()) < 1e-5
+    volume = cp.asarray(np.random.default_rng(6).normal(size=(4, 1) + shape), dtype=np.float32)
+    cropped = cropped_irfftn(rfftn(volume, shape, cp), positions, shape, cp)
+    assert _relative_error(cropped, volume[(slice(None), slice(None)) + index]) < 1e-5
+    assert _relative_error(irfftn(rfftn(volume, shape, cp), shape, cp, normalise=False) / np.prod(shape), volume) < 1e-5

@@ -31,8 +31,8 @@ import numpy as np
 from .._backend import default_xp, to_device, to_host
 from .._validate import check_image, check_positive
 from ._space_to_depth import depth_to_space, fft_size, space_to_depth
-from ._spectral import (accumulate_gradient, fastest_fft_shape, hidden_spectrum, irfftn, noisy_relu, rfftn,
-                        visible_spectrum)
+from ._spectral import (accumulate_gradient, cropped_irfftn, fastest_fft_shape, hidden_spectrum, irfftn, noisy_relu,
+                        rfftn, taps_rfftn, visible_spectrum)
 
 __all__ = ["ConvRBM"]
 
@@ -237,43 +237,49 @@ class ConvRBM:
         return image[tuple(slice(0, n) for n in geometry.shape)]
 
     def _filter_spectra(self, geometry):
-        """Filters padded to the FFT shape, centred on the origin, as spectra ``(n_filters, n_channels, *freq)``."""
+        """Filters padded to the FFT shape, centred on the origin, as spectra ``(n_filters, n_channels, *freq)``.
+
+        A pruned DFT of the taps (:func:`taps_rfftn`): the same numbers as the
+        FFT of the zero-padded filters, without filling and transforming the
+        padded volume.
+        """
         xp = self.xp
         s, ndim = geometry.stride, geometry.ndim
         padded = xp.zeros((self.n_filters,) + tuple(k * s for k in geometry.filter_blocks), dtype=self.dtype)
         padded[(slice(None),) + tuple(slice(0, k) for k in geometry.filter_shape)] = self.filters_
-        blocks = space_to_depth(padded, s, ndim)
-        placed = xp.zeros((self.n_filters, geometry.n_channels) + geometry.fft_shape, dtype=self.dtype)
-        placed[(slice(None), slice(None)) + self._centred_taps(geometry)] = blocks
-        return rfftn(placed, geometry.fft_shape, xp)
+        blocks = xp.ascontiguousarray(space_to_depth(padded, s, ndim))
+        return taps_rfftn(blocks, self._tap_positions(geometry), geometry.fft_shape, xp)
 
-    def _centred_taps(self, geometry):
-        """Index arrays putting filter tap m at (m - r) mod P, so hidden unit n sees v[n + m - r]."""
-        xp = self.xp
-        return xp.ix_(*[(xp.arange(k) - r) % p
-                        for k, r, p in zip(geometry.filter_blocks, geometry.centre, geometry.fft_shape)])
+    @staticmethod
+    def _tap_positions(geometry):
+        """Per axis, where filter tap m sits in the FFT volume: (m - r) mod P, so hidden unit n sees v[n + m - r]."""
+        return [(np.arange(k) - r) % p for k, r, p in zip(geometry.filter_blocks, geometry.centre, geometry.fft_shape)]
 
     def _filter_gradient(self, gradient_spectrum, geometry):
-        """Summed CD statistics (spectra) -> gradient of the pixel-domain filters (crop once per mini-batch)."""
-        xp = self.xp
-        ndim = geometry.ndim
-        spatial = irfftn(gradient_spectrum, geometry.fft_shape, xp, overwrite=True)
-        blocks = spatial[(slice(None), slice(None)) + self._centred_taps(geometry)]
-        pixels = depth_to_space(blocks, geometry.stride, ndim)
+        """Summed CD statistics (spectra) -> gradient of the pixel-domain filters (crop once per mini-batch).
+
+        The inverse FFT is evaluated at the filter taps only (:func:`cropped_irfftn`).
+        """
+        blocks = cropped_irfftn(gradient_spectrum, self._tap_positions(geometry), geometry.fft_shape, self.xp)
+        pixels = depth_to_space(blocks, geometry.stride, geometry.ndim)
         return pixels[(slice(None),) + tuple(slice(0, k) for k in geometry.filter_shape)]
 
     # ----------------------------------------------------------- the passes
 
     def _hidden(self, visible_spec, filter_spec, geometry, noise):
         """Hidden units in the spatial domain, ``(n_filters, *fft_shape)``, zero outside the image."""
-        pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp), geometry.fft_shape, self.xp,
-                                overwrite=True)
+        # the inverse FFT's 1 / N rides on the spectral product (no extra pass over the maps)
+        scale = 1.0 / math.prod(geometry.fft_shape)
+        pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp, scale=scale), geometry.fft_shape,
+                                self.xp, overwrite=True, normalise=False)
         return noisy_relu(pre_activation, self.hidden_bias_, geometry.blocks, noise, self.xp)
 
     def _visible(self, hidden_spec, filter_spec, geometry):
         """Mean of the Gaussian visible units given hidden spectra, ``(n_channels, *fft_shape)``."""
         xp = self.xp
-        spatial = irfftn(visible_spectrum(filter_spec, hidden_spec, xp), geometry.fft_shape, xp, overwrite=True)
+        scale = 1.0 / math.prod(geometry.fft_shape)
+        spatial = irfftn(visible_spectrum(filter_spec, hidden_spec, xp, scale=scale), geometry.fft_shape, xp,
+                         overwrite=True, normalise=False)
         inside = (slice(None),) + tuple(slice(0, b) for b in geometry.blocks)
         visible = xp.zeros_like(spatial)
         visible[inside] = (spatial[inside] + self.dtype.type(self.visible_bias_)) * self._visible_mask(geometry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import itertools
+import math
 import threading
 
 from .._backend import fft_module, get_kernel, index_type
@@ -18,11 +19,13 @@ from ._space_to_depth import fft_size, fft_size_candidates
 
 __all__ = [
     "accumulate_gradient",
+    "cropped_irfftn",
     "fastest_fft_shape",
     "hidden_spectrum",
     "irfftn",
     "noisy_relu",
     "rfftn",
+    "taps_rfftn",
     "visible_spectrum",
 ]
 
@@ -38,17 +41,107 @@ def rfftn(x, shape, xp):
     return fft.rfftn(x, s=shape, axes=axes)  # cuFFT plans come from CuPy's plan cache
 
 
-def irfftn(x, shape, xp, *, overwrite=False):
+def irfftn(x, shape, xp, *, overwrite=False, normalise=True):
     """Inverse of :func:`rfftn` for spatial ``shape``; ``overwrite`` lets it destroy ``x``.
 
     cuFFT's complex-to-real transforms overwrite their input, so CuPy copies it
     first unless told that ``x`` is a temporary (saves one pass over the spectra).
+    ``normalise=False`` skips the ``1 / prod(shape)`` of the inverse transform
+    (CuPy applies it as a separate pass over the output): callers fold it into
+    the spectral products instead (the ``scale`` of :func:`hidden_spectrum`).
     """
     axes = tuple(range(-len(shape), 0))
     fft = fft_module(xp)
+    norm = "backward" if normalise else "forward"  # "forward": the inverse is not scaled
     if xp is np:
-        return fft.irfftn(x, s=shape, axes=axes, workers=-1, overwrite_x=overwrite)
-    return fft.irfftn(x, s=shape, axes=axes, overwrite_x=overwrite)
+        return fft.irfftn(x, s=shape, axes=axes, workers=-1, overwrite_x=overwrite, norm=norm)
+    return fft.irfftn(x, s=shape, axes=axes, overwrite_x=overwrite, norm=norm)
+
+
+_twiddle_cache: dict = {}
+
+
+def _twiddles(positions, length, n_freq, sign, dtype, xp, *, weights=None, transpose=False):
+    """``weights[f] exp(sign 2 pi i f t / length)`` for ``t`` in ``positions`` (rows) and ``f < n_freq``
+    (columns), or its transpose.
+
+    The phase is reduced modulo ``length`` in integers first, so it is exact for
+    any length; device copies are cached (they are tiny: taps x frequencies).
+    """
+    positions = tuple(int(t) for t in positions)
+    weight_key = None if weights is None else tuple(float(w) for w in weights)
+    device = None if xp is np else xp.cuda.Device().id
+    key = (positions, int(length), int(n_freq), int(sign), weight_key, bool(transpose), np.dtype(dtype).name, device)
+    matrix = _twiddle_cache.get(key)
+    if matrix is None:
+        phase = (np.outer(np.asarray(positions, np.int64), np.arange(n_freq)) % length) * (2 * np.pi / length)
+        host = np.exp(sign * 1j * phase)
+        if weights is not None:
+            host = host * np.asarray(weights)
+        if transpose:
+            host = host.T
+        matrix = xp.asarray(np.ascontiguousarray(host.astype(dtype)))
+        _twiddle_cache[key] = matrix
+    return matrix
+
+
+def _complex_dtype(real):
+    return np.complex64 if np.dtype(real) == np.float32 else np.complex128
+
+
+def taps_rfftn(taps, positions, shape, xp):
+    """:func:`rfftn` of small filters placed in zeros of ``shape``, as a pruned DFT.
+
+    ``taps`` is ``(..., k_1, ..., k_d)``; tap ``m`` along axis ``a`` sits at
+    ``positions[a][m]`` (modulo ``shape[a]``). Equals ``rfftn`` of the
+    zero-padded array, but costs one small matrix product per axis instead of
+    zero-filling and transforming the whole padded volume (taps << shape).
+    The leading axes go first (small arrays); the last axis, which writes the
+    whole spectrum, is a single matrix product ``(rows, k_d) @ (k_d, P_d/2+1)``.
+    """
+    d = len(shape)
+    n_lead = taps.ndim - d
+    complex_dtype = _complex_dtype(taps.dtype)
+    x = taps.astype(complex_dtype)
+    for a in range(d - 1):
+        axis = n_lead + a
+        before, k, after = x.shape[:axis], x.shape[axis], x.shape[axis + 1:]
+        matrix = _twiddles(positions[a], shape[a], shape[a], -1, complex_dtype, xp, transpose=True)  # (P_a, k_a)
+        x = xp.matmul(matrix, x.reshape(math.prod(before), k, math.prod(after)))
+        x = x.reshape(before + (shape[a],) + after)
+    n_last = shape[-1] // 2 + 1
+    matrix = _twiddles(positions[-1], shape[-1], n_last, -1, complex_dtype, xp)  # (k_d, F)
+    return (x.reshape(-1, x.shape[-1]) @ matrix).reshape(x.shape[:-1] + (n_last,))
+
+
+def cropped_irfftn(spectrum, positions, shape, xp):
+    """:func:`irfftn` of ``spectrum`` evaluated at the ``positions`` only (a pruned inverse DFT).
+
+    ``spectrum`` is ``(..., *freq)`` for spatial ``shape``; returns
+    ``(..., len(positions[0]), ..., len(positions[-1]))``, the same numbers as
+    ``irfftn(spectrum, shape)[..., ix_(*positions)]`` (the imaginary parts of
+    the self-conjugate frequencies of the last axis are ignored, as a
+    complex-to-real FFT does). The last axis goes first, as one matrix product
+    ``(rows, P_d/2+1) @ (P_d/2+1, k_d)`` that reads the spectrum once; the real
+    part is taken at the end (every step is linear).
+    """
+    d = len(shape)
+    n_lead = spectrum.ndim - d
+    complex_dtype = spectrum.dtype
+    n_last = shape[-1] // 2 + 1
+    weights = np.full(n_last, 2.0)  # frequencies 1 .. ceil(P/2) - 1 stand for their conjugates too
+    weights[0] = 1.0
+    if shape[-1] % 2 == 0:
+        weights[-1] = 1.0
+    matrix = _twiddles(positions[-1], shape[-1], n_last, 1, complex_dtype, xp, weights=weights, transpose=True)
+    x = (spectrum.reshape(-1, n_last) @ matrix).reshape(spectrum.shape[:-1] + (len(positions[-1]),))
+    for a in reversed(range(d - 1)):
+        axis = n_lead + a
+        before, after = x.shape[:axis], x.shape[axis + 1:]
+        matrix = _twiddles(positions[a], shape[a], shape[a], 1, complex_dtype, xp)  # (k_a, P_a)
+        x = xp.matmul(matrix, x.reshape(math.prod(before), shape[a], math.prod(after)))
+        x = x.reshape(before + (len(positions[a]),) + after)
+    return x.real / math.prod(shape)
 
 
 _tuned: dict = {}
@@ -81,10 +174,10 @@ def fastest_fft_shape(minimum_shape, batch: int, dtype, xp) -> tuple[int, ...]:
         for shape in options:
             try:
                 maps = xp.zeros((int(batch),) + shape, dtype=dtype)
-                irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True)  # plans, warm-up
+                irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True, normalise=False)  # plans, warm-up
                 start.record()
                 for _ in range(2):
-                    irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True)
+                    irfftn(rfftn(maps, shape, xp), shape, xp, overwrite=True, normalise=False)
                 stop.record()
                 stop.synchronize()
                 seconds = xp.cuda.get_elapsed_time(start, stop)
@@ -100,46 +193,61 @@ def fastest_fft_shape(minimum_shape, batch: int, dtype, xp) -> tuple[int, ...]:
     return best
 
 
-def _kernel(name, array, real):
-    """The compiled ``ivote_convrbm_<name><T, I>`` for the real dtype and the index width of ``array``."""
+def _kernel(name, array, real, vector=None):
+    """The compiled ``ivote_convrbm_<name><T, I[, V]>`` for the real dtype and the index width of ``array``."""
     scalar = {"float32": "float", "float64": "double"}[np.dtype(real).name]
     itype = index_type(array)
-    expression = f"ivote_convrbm_{name}<{scalar}, {itype}>"
+    expression = f"ivote_convrbm_{name}<{scalar}, {itype}" + ("" if vector is None else f", {int(vector)}") + ">"
     kernel = get_kernel("convrbm", expression, name_expressions=(expression,))
     index = np.int32 if itype == "int" else np.int64
     return kernel, index
 
 
-def _launch(kernel, n, args):
-    grid = (int(n) + _BLOCK - 1) // _BLOCK
-    kernel((grid,), (_BLOCK,), args)
+def _launch(kernel, n, args, grid_yz=(1, 1)):
+    grid = ((int(n) + _BLOCK - 1) // _BLOCK,) + tuple(int(g) for g in grid_yz)
+    kernel(grid, (_BLOCK,), args)
 
 
-def hidden_spectrum(filters, visible, xp):
-    """``sum_c conj(filters[k, c]) * visible[c]``: correlation of every filter with the visible units."""
+def _filters_per_thread(n_threads_per_filter, n_filters):
+    """How many filters one thread loops over: all of them while that still
+    leaves about 2**20 threads (four waves on an H100/H200), fewer on small spectra."""
+    return int(min(max(n_threads_per_filter * n_filters // 2**20, 1), n_filters))
+
+
+def hidden_spectrum(filters, visible, xp, *, scale=1.0):
+    """``scale * sum_c conj(filters[k, c]) * visible[c]``: correlation of every filter with the visible units."""
     n_filters, n_channels = filters.shape[:2]
     if xp is np:
         flat = np.einsum("kcf,cf->kf", filters.reshape(n_filters, n_channels, -1).conj(),
                          visible.reshape(n_channels, -1))
+        if scale != 1.0:
+            flat *= scale
         return flat.reshape((n_filters,) + visible.shape[1:])
     n_freq = visible[0].size
     hidden = xp.empty((n_filters,) + visible.shape[1:], dtype=visible.dtype)
     kernel, index = _kernel("hidden_spectrum", filters, filters.real.dtype)
-    _launch(kernel, hidden.size, (filters, visible, hidden, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    k_per = _filters_per_thread(n_freq, n_filters)
+    real = filters.real.dtype.type
+    _launch(kernel, n_freq, (filters, visible, hidden, np.int32(n_filters), np.int32(n_channels), index(n_freq),
+                             np.int32(k_per), real(scale)), (1, -(-n_filters // k_per)))
     return hidden
 
 
-def visible_spectrum(filters, hidden, xp):
-    """``sum_k filters[k, c] * hidden[k]``: the transpose of :func:`hidden_spectrum`."""
+def visible_spectrum(filters, hidden, xp, *, scale=1.0):
+    """``scale * sum_k filters[k, c] * hidden[k]``: the transpose of :func:`hidden_spectrum`."""
     n_filters, n_channels = filters.shape[:2]
     if xp is np:
         flat = np.einsum("kcf,kf->cf", filters.reshape(n_filters, n_channels, -1),
                          hidden.reshape(n_filters, -1))
+        if scale != 1.0:
+            flat *= scale
         return flat.reshape((n_channels,) + hidden.shape[1:])
     n_freq = hidden[0].size
     visible = xp.empty((n_channels,) + hidden.shape[1:], dtype=hidden.dtype)
     kernel, index = _kernel("visible_spectrum", filters, filters.real.dtype)
-    _launch(kernel, visible.size, (filters, hidden, visible, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    real = filters.real.dtype.type
+    _launch(kernel, n_freq, (filters, hidden, visible, np.int32(n_filters), np.int32(n_channels), index(n_freq),
+                             real(scale)), (n_channels, 1))
     return visible
 
 
@@ -151,8 +259,8 @@ def accumulate_gradient(gradient, h0, v0, h1, v1, xp):
         return gradient
     kernel, index = _kernel("accumulate_gradient", gradient, gradient.real.dtype)
     n_freq = v0[0].size
-    _launch(kernel, gradient.size,
-            (gradient, h0, v0, h1, v1, np.int32(n_filters), np.int32(n_channels), index(n_freq)))
+    _launch(kernel, n_freq, (gradient, h0, v0, h1, v1, np.int32(n_filters), np.int32(n_channels), index(n_freq)),
+            (n_channels, min(n_filters, 65535)))
     return gradient
 
 
@@ -186,17 +294,22 @@ def noisy_relu(pre_activation, bias, box, noise, xp):
         return out
     pz, py, px = (1,) * (3 - len(spatial)) + tuple(spatial)
     bz, by, bx = (1,) * (3 - len(box)) + tuple(box)
+    pre_activation = xp.ascontiguousarray(pre_activation)
     out = xp.empty_like(pre_activation)
-    kernel, index = _kernel("noisy_relu", pre_activation, pre_activation.dtype)
     bias = xp.ascontiguousarray(bias, dtype=pre_activation.dtype)
     mode = 0 if noise is None else (2 if seeded else 1)
     noise_arg = xp.ascontiguousarray(noise, dtype=pre_activation.dtype) if mode == 1 else pre_activation
     seed = int(noise) % 2**64 if seeded else 0
-    # threads over (x, y); blockIdx.z strides over filters x planes: no integer division per element
-    block = (32, 8, 1)
-    grid = ((px + 31) // 32, (py + 7) // 8, min(n_filters * pz, 65535))
-    kernel(grid, block,
-           (xp.ascontiguousarray(pre_activation), bias, noise_arg, out, np.int32(mode), np.uint32(seed & 0xFFFFFFFF),
+    # a thread owns a 16-byte vector of consecutive elements of one row when the rows allow it
+    vector = 16 // pre_activation.dtype.itemsize
+    aligned = all(a.data.ptr % 16 == 0 for a in (pre_activation, noise_arg, out))
+    if px % vector or not aligned:
+        vector = 1
+    kernel, _ = _kernel("noisy_relu", pre_activation, pre_activation.dtype, vector)
+    # blockIdx.y strides over filters x planes: no integer division per element
+    grid = ((py * px // vector + _BLOCK - 1) // _BLOCK, min(n_filters * pz, 65535), 1)
+    kernel(grid, (_BLOCK,),
+           (pre_activation, bias, noise_arg, out, np.int32(mode), np.uint32(seed & 0xFFFFFFFF),
             np.uint32(seed >> 32), np.int32(n_filters), np.int32(pz), np.int32(py), np.int32(px), np.int32(bz),
             np.int32(by), np.int32(bx)))
     return out
