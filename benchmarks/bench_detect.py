@@ -79,7 +79,7 @@ def stage_times(xp, device_image, radius, repeat=3):
     from ivote._backend import ndimage_module
     from ivote.detect._cuda import run_passes
     from ivote.detect._plan import make_plan
-    from ivote.detect._voting import _local_maxima, _suppress_close
+    from ivote.detect._voting import _candidates
 
     plan = make_plan(radius, (1.0,) * device_image.ndim, device_image.ndim)
     stages = {"blur": [], "passes": [], "maxima": []}
@@ -94,7 +94,7 @@ def stage_times(xp, device_image, radius, repeat=3):
         del smoothed
         xp.cuda.get_current_stream().synchronize()
         t2 = time.perf_counter()
-        _suppress_close(*_local_maxima(votes, plan, xp), plan)
+        _candidates(votes, plan, xp)
         t3 = time.perf_counter()
         for key, value in zip(stages, (t1 - t0, t2 - t1, t3 - t2)):
             stages[key].append(1e3 * value)

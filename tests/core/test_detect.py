@@ -227,3 +227,43 @@ def test_bad_images(image, message):
 def test_rgb_channel_out_of_range():
     with pytest.raises(ValueError, match="channel"):
         detect(np.zeros((16, 16, 3), np.uint8), radius=3, channel=3)
+
+
+def _greedy_scan(votes, plan):
+    """The definition: local maxima in order of score (ties: lower flat index),
+    each kept unless a kept one lies within the radius (float32 disc test)."""
+    from scipy import ndimage
+
+    size = tuple(2 * h + 1 for h in plan.maxima_half_width)
+    peaks = np.argwhere((votes == ndimage.maximum_filter(votes, size=size, mode="constant")) & (votes > 0))
+    values = votes[tuple(peaks.T)].astype(np.int64)
+    order = np.lexsort((np.ravel_multi_index(peaks.T, votes.shape), -values))
+    kept = []
+    for i in order:
+        close = False
+        for j in kept:
+            offset = (peaks[i] - peaks[j]).astype(np.float32) * plan.spacing32
+            length_sq = np.float32(0)
+            for component in offset:
+                length_sq = np.float32(length_sq + component * component)
+            close = close or length_sq < plan.radius_sq32
+        if not close:
+            kept.append(i)
+    return peaks[kept], values[kept]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_candidates_equal_the_greedy_scan(seed):
+    from ivote.detect._plan import make_plan
+    from ivote.detect._voting import _candidates
+
+    rng = np.random.default_rng(seed)
+    ndim = 2 + seed % 2
+    votes = np.zeros((36,) * ndim, dtype=np.uint32)
+    n = 40 * ndim
+    votes[tuple(rng.integers(0, 36, size=(ndim, n)))] = rng.integers(1, 4, size=n)  # many ties and close pairs
+    plan = make_plan(float(rng.uniform(3, 8)), (1.0, 1.0) if ndim == 2 else (2.0, 1.0, 1.0), ndim)
+    coords, values = _candidates(votes, plan, np)
+    expected_coords, expected_values = _greedy_scan(votes, plan)
+    assert len(coords) > 5
+    assert np.array_equal(coords, expected_coords) and np.array_equal(values, expected_values)

@@ -107,3 +107,23 @@ def test_gpu_constant_and_tiny_images():
     reference = iterative_voting(one_slice, radius=6, backend="numpy", threshold=None)
     gpu = iterative_voting(one_slice, radius=6, backend="cupy", threshold=None)
     np.testing.assert_array_equal(gpu.candidates, reference.candidates)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_gpu_close_pairs_match_numpy(ndim):
+    """Maxima and the pairs closer than the radius: GPU kernel == NumPy/KD-tree (ties, crowds)."""
+    from ivote.detect import _cuda, _reference
+    from ivote.detect._plan import make_plan
+
+    xp = _backend.default_xp()
+    rng = np.random.default_rng(ndim)
+    votes = np.zeros((48,) * ndim, dtype=np.uint32)
+    n = 300 * ndim
+    votes[tuple(rng.integers(0, 48, size=(ndim, n)))] = rng.integers(1, 4, size=n)
+    plan = make_plan(6.5, (1.0, 1.0) if ndim == 2 else (2.0, 1.0, 1.0), ndim)
+    flat = np.flatnonzero(votes)
+    expected = _reference.sorted_close_pairs(votes, flat, plan)
+    got = _cuda.sorted_close_pairs(xp.asarray(votes), xp.asarray(flat), plan)
+    assert len(expected[2]) > 50
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)

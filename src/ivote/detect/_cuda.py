@@ -14,23 +14,42 @@ from collections import OrderedDict
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, to_host
-from ._cone_tables import cone_tables
+from ._cone_tables import cone_tables, pack_offsets
 from ._plan import VotingPlan, make_plan
 
-__all__ = ["run_passes"]
+__all__ = ["run_passes", "sorted_close_pairs"]
 
 _BLOCK = 256
 _OPTIONS = ("--fmad=false",)  # round like NumPy: see the header of ivote.cu
 
 
-def _module(ndim: int, index: str):
+_TILE = {2: (1, 16, 16), 3: (4, 8, 8)}
+"""Pixels per tile (z, y, x) of the tiled kernels; one thread each."""
+_TILED_MAX_BYTES = 96 * 1024  # shared memory per block for the tile's box of votes
+_TILED_GAIN = 3.0  # tile a pass when its cones hold this many times the box's cells per pixel
+
+
+def _module(ndim: int, index: str, xp):
+    """The kernels of one variant on the current GPU (memoized: the pass loop and
+    the maxima look them up on every call)."""
+    key = (ndim, index, xp.cuda.Device().id)
+    if key not in _functions:
+        _functions[key] = _load_functions(ndim, index)
+    return _functions[key]
+
+
+_functions: dict = {}
+
+
+def _load_functions(ndim: int, index: str):
+    tile = ", ".join(map(str, _TILE[ndim]))
     names = tuple(
         f"{kernel}<{ndim}, {index}>"
         for kernel in (
             "ivote_gradient_max", "ivote_quantise_weights", "ivote_initial_directions", "ivote_vote_table",
             "ivote_turn_table",
         )
-    )
+    ) + (f"ivote_close_pairs<{ndim}>", f"ivote_vote_tiled<{ndim}, {tile}>", f"ivote_turn_tiled<{ndim}, {tile}>")
     module = load_module("ivote", name_expressions=names, options=_OPTIONS)
     return {name.split("<")[0]: module.get_function(name) for name in names}
 
@@ -47,6 +66,32 @@ def _cone_tables(plan: VotingPlan, xp):
             _tables.popitem(last=False)
     _tables.move_to_end(key)
     return _tables[key]
+
+
+def _tiled_box(plan: VotingPlan, table, index: str) -> tuple | None:
+    """The half-width (z, y, x) of a tile's box if this pass runs tiled, else None.
+
+    Tiles pay when the cones are wide: a voter then adds to hundreds of cells,
+    against (box cells / tile cells) global atomics per pixel for the flush.
+    """
+    if index != "int" or table.n_bins == 0:
+        return None
+    halo = (0,) * (3 - plan.ndim) + tuple(w - 1 for w in plan.window)  # |offset| <= floor(r / s) = window - 1
+    tile = _TILE[plan.ndim]
+    box = math.prod(t + 2 * h for t, h in zip(tile, halo))
+    cone = len(table.entries) / table.n_bins  # offsets a voter tests (a small superset of its cone)
+    if 4 * box > _TILED_MAX_BYTES or cone < _TILED_GAIN * box / math.prod(tile):
+        return None
+    return halo
+
+
+def _launch_tiled(kernel, shape, ndim: int, halo, args):
+    tile = _TILE[ndim]
+    box_bytes = 4 * math.prod(t + 2 * h for t, h in zip(tile, halo))
+    if box_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < box_bytes:
+        kernel.max_dynamic_shared_size_bytes = box_bytes
+    blocks = math.prod(math.ceil(n / t) for n, t in zip(_dims(shape), tile))
+    kernel((blocks,), (math.prod(tile),), args, shared_mem=box_bytes)
 
 
 def _dims(shape):
@@ -109,7 +154,7 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
     smoothed = xp.ascontiguousarray(holder.pop(), dtype=np.float64)
     ndim = plan.ndim
     index_dtype = np.int32 if index == "int" else np.int64
-    kernels = _module(ndim, index)
+    kernels = _module(ndim, index, xp)
     Z, Y, X = _dims(smoothed.shape)
     spacing64 = (1.0,) * (3 - ndim) + plan.spacing
     spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
@@ -142,10 +187,24 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
     del smoothed
 
     tables = _cone_tables(plan, xp)
-    for pass_index, (table, cos_half) in enumerate(zip(tables, plan.cos_half32)):
+    tiled = [_tiled_box(plan, table, index) for table in tables]
+    if n_voters and any(h is not None for h in tiled):  # pixel -> voter, for the tiled kernels
+        voter_of = xp.full(size, -1, dtype=np.int32)
+        voter_of[voters] = xp.arange(n_voters, dtype=np.int32)
+    for pass_index, (table, cos_half, halo) in enumerate(zip(tables, plan.cos_half32, tiled)):
         last = pass_index == plan.n_passes - 1
         votes.fill(0)
-        if n_voters:
+        if n_voters and halo is not None:
+            geometry = (
+                np.int32(Z), np.int32(Y), np.int32(X), *spacing32, np.float32(cos_half), np.int32(table.cells),
+                table.starts, table.entries, *map(np.int32, halo),
+            )
+            _launch_tiled(kernels["ivote_vote_tiled"], votes.shape, ndim, halo,
+                          (voter_of, weights, directions, *geometry, votes))
+            if not last:
+                _launch_tiled(kernels["ivote_turn_tiled"], votes.shape, ndim, halo,
+                              (voter_of, directions, *geometry, votes))
+        elif n_voters:
             geometry = (
                 np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X), *spacing32, np.float32(cos_half),
                 np.int32(table.cells), table.starts, table.entries,
@@ -156,3 +215,35 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
         if iter_callback is not None:
             iter_callback(pass_index, plan.n_passes)
     return votes
+
+
+def sorted_close_pairs(votes, flat, plan: VotingPlan):
+    """As ``_reference.sorted_close_pairs``, on the GPU (``ivote_close_pairs``),
+    with one transfer of the results to the host."""
+    xp = get_array_module(votes)
+    n = int(flat.size)
+    values = votes.ravel()[flat]
+    key = ((np.uint64(0xFFFFFFFF) - values.astype(np.uint64)) << np.uint64(32)) | flat.astype(np.uint64)
+    order = xp.argsort(key)
+    flat, values = flat[order].astype(np.int32), values[order].astype(np.int64)
+    rank = xp.full(votes.shape, -1, dtype=np.int32)
+    rank.ravel()[flat] = xp.arange(n, dtype=np.int32)
+    offsets = xp.asarray(pack_offsets(plan.offsets))
+    Z, Y, X = _dims(votes.shape)
+    kernel = _module(plan.ndim, "int", xp)["ivote_close_pairs"]
+    capacity = max(64, 4 * n)
+    while True:
+        n_pairs = xp.zeros(1, dtype=np.int32)
+        pairs = xp.empty((capacity, 2), dtype=np.int32)
+        if n:
+            kernel(_grid(n), (_BLOCK,), (flat, np.int32(n), rank, np.int32(Z), np.int32(Y), np.int32(X), offsets,
+                                         np.int32(len(plan.offsets)), n_pairs, pairs, np.int32(capacity)))
+        found = to_host(xp.concatenate([flat.astype(np.int64), values, n_pairs.astype(np.int64),
+                                        pairs.ravel().astype(np.int64)]))  # one transfer
+        count = int(found[2 * n])
+        if count <= capacity:
+            break
+        capacity = count
+    pairs = found[2 * n + 1:].reshape(-1, 2)[:count]
+    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]  # atomics wrote them in any order
+    return found[:n], found[n:2 * n], pairs

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._plan import DIRECTION_SCALE, VotingPlan, _sum_in_order
 
-__all__ = ["gradient", "prepare_voters", "run_passes"]
+__all__ = ["gradient", "prepare_voters", "run_passes", "sorted_close_pairs"]
 
 _OFFSETS_PER_BINCOUNT = 64
 
@@ -130,3 +130,29 @@ def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callbac
             iter_callback(index, plan.n_passes)
     field = votes.reshape(frame.padded_shape)[frame.inside]
     return np.ascontiguousarray(field, dtype=np.uint32)
+
+
+def sorted_close_pairs(votes: np.ndarray, flat: np.ndarray, plan: VotingPlan):
+    """Maxima (flat indices) sorted best first (ties: lower index first), their
+    votes, and every (better, worse) pair of them closer than the radius.
+
+    "Closer" is the voting disc's float32 test (``plan.offsets``), as in the
+    GPU's ``ivote_close_pairs``, so both backends keep the same maxima.
+    """
+    values = votes.ravel()[flat].astype(np.int64)
+    order = np.lexsort((flat, -values))
+    flat, values = flat[order], values[order]
+    if len(flat) < 2:
+        return flat, values, np.zeros((0, 2), dtype=np.int64)
+    from scipy.spatial import cKDTree
+
+    coords = np.stack(np.unravel_index(flat, votes.shape), axis=1)
+    physical = coords * np.asarray(plan.spacing)
+    pairs = cKDTree(physical).query_pairs(plan.radius * (1 + 1e-6), output_type="ndarray")
+    if len(pairs):
+        pairs = np.sort(pairs, axis=1)  # (better, worse): rows are sorted best first
+        offset = (coords[pairs[:, 1]] - coords[pairs[:, 0]]).astype(np.float32) * plan.spacing32
+        length_sq = _sum_in_order([offset[:, i] * offset[:, i] for i in range(plan.ndim)])
+        pairs = pairs[length_sq < plan.radius_sq32]
+        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+    return flat, values, pairs.reshape(-1, 2).astype(np.int64)

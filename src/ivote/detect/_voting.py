@@ -102,39 +102,52 @@ def _spatial_image(image, channel, xp):
     return image, False
 
 
-def _local_maxima(votes, plan: VotingPlan, xp):
-    """Pixels holding the largest vote of the box inscribed in the radius (and > 0)."""
+def _candidates(votes, plan: VotingPlan, xp):
+    """Local maxima of the vote field at least ``radius`` apart, best first.
+
+    A local maximum holds the largest vote of the box inscribed in the radius
+    (and a positive one). Of maxima closer than the radius, the greedy scan in
+    order of score (ties: lower flat index first) keeps the best: a maximum is
+    kept unless a better one within the radius was. Returns (M, ndim) int64
+    coordinates and (M,) int64 votes on the host.
+    """
     ndi = ndimage_module(xp)
     size = tuple(2 * h + 1 for h in plan.maxima_half_width)
     largest = ndi.maximum_filter(votes, size=size, mode="constant", cval=0)
-    peaks = (votes == largest) & (votes > 0)
-    coords = xp.nonzero(peaks)
-    values = votes[coords]
-    coords = np.stack([to_host(c) for c in coords], axis=1).astype(np.int64) if len(coords[0]) else np.zeros((0, plan.ndim), np.int64)
-    return coords, to_host(values).astype(np.int64)
+    flat = xp.flatnonzero((votes == largest) & (votes > 0))
+    del largest
+    if xp is np:
+        from ._reference import sorted_close_pairs
+    else:
+        from ._cuda import sorted_close_pairs
+    flat, values, pairs = sorted_close_pairs(votes, flat, plan)
+    keep = _greedy_keep(len(flat), pairs)
+    coords = np.stack(np.unravel_index(flat[keep], votes.shape), axis=1).astype(np.int64)
+    return coords.reshape(-1, plan.ndim), values[keep].astype(np.int64)
 
 
-def _suppress_close(coords, values, plan: VotingPlan):
-    """Greedy non-maximum suppression: keep maxima at least ``radius`` apart,
-    highest first (ties: lower flat index first)."""
-    if len(coords) == 0:
-        return coords, values
-    order = np.lexsort((np.ravel_multi_index(coords.T, np.max(coords, axis=0) + 1), -values))
-    coords, values = coords[order], values[order]
-    from scipy.spatial import cKDTree
+def _greedy_keep(n: int, pairs) -> np.ndarray:
+    """Which of n maxima (best first) the greedy scan keeps, given the (better,
+    worse) index pairs closer than the radius.
 
-    physical = coords * np.asarray(plan.spacing)
-    # pairs closer than the radius, (better, worse) since rows are sorted best first
-    pairs = cKDTree(physical).query_pairs(plan.radius * (1 - 1e-9), output_type="ndarray")
-    suppressed = np.zeros(len(coords), dtype=bool)
-    if len(pairs):
-        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
-        starts = np.searchsorted(pairs[:, 0], np.arange(len(coords) + 1))
-        for i in np.unique(pairs[:, 0]):
-            if not suppressed[i]:
-                suppressed[pairs[starts[i]:starts[i + 1], 1]] = True
-    keep = ~suppressed
-    return coords[keep], values[keep]
+    The scan is sequential, but a maximum can be decided as soon as all its
+    better neighbours are: it is kept unless one of them was. Deciding all such
+    maxima at once, round after round, gives the scan's answer in a few
+    vectorised rounds.
+    """
+    kept = np.zeros(n, dtype=bool)
+    if len(pairs) == 0:
+        kept[:] = True
+        return kept
+    better, worse = pairs[:, 0], pairs[:, 1]
+    decided = np.zeros(n, dtype=bool)
+    while not decided.all():
+        waiting = np.bincount(worse[~decided[better]], minlength=n) > 0  # a better neighbour is undecided
+        beaten = np.bincount(worse[kept[better]], minlength=n) > 0  # a better neighbour is kept
+        ready = ~decided & ~waiting
+        kept[ready & ~beaten] = True
+        decided |= ready
+    return kept
 
 
 def iterative_voting(
@@ -259,7 +272,7 @@ def iterative_voting(
 
     # float64 up to the quantised weights: both backends then round alike (see _plan.py)
     smoothed = signal.astype(np.float64, order="C", copy=True)
-    low, high = float(smoothed.min()), float(smoothed.max())
+    low, high = (float(v) for v in to_host(xp.stack([smoothed.min(), smoothed.max()])))  # one sync
     name = "numpy" if xp is np else "cupy"
     if high > low:
         smoothed -= low
@@ -274,13 +287,12 @@ def iterative_voting(
         holder = [smoothed]  # run_passes takes the only reference and frees it early
         del smoothed
         votes = run_passes(holder, plan, sign, iter_callback)
-        coords, values = _local_maxima(votes, plan, xp)
+        coords, values = _candidates(votes, plan, xp)
         n_passes = plan.n_passes
     else:  # constant image: no gradient, no voter, no cell
         votes = xp.zeros(signal.shape, dtype=np.uint32)
         coords, values = np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)
         n_passes = 0
-    coords, values = _suppress_close(coords, values, plan)
     candidates = coords.astype(np.float64)
     candidate_scores = values / float(plan.weight_scale)
     vote_field = votes.astype(np.float32) / np.float32(plan.weight_scale) if return_votes else None

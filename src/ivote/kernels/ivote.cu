@@ -234,6 +234,159 @@ __global__ void ivote_turn_table(const Index* __restrict__ voters, short* __rest
     }
 }
 
+// Tiled passes for wide cones. One block per TZ x TY x TX tile of pixels, a
+// thread per pixel (voter_of maps a pixel to its voter, -1 if it does not
+// vote). The block's votes land in the tile grown by the window (wz, wy, wx)
+// on every side, a box held in dynamic shared memory: the voters add there
+// (shared-memory atomics) and the block then adds each non-zero cell to the
+// image once, so a wide cone (hundreds of cells) costs a handful of global
+// atomics per voter instead of hundreds. Integer sums: same votes as above.
+struct IvoteTile {
+    int z0, y0, x0;  // the tile's first pixel
+    int lz, ly, lx;  // this thread's pixel in the tile
+    int bz, by, bx;  // the box's extent
+};
+
+template <int NDIM, int TZ, int TY, int TX>
+__device__ __forceinline__ IvoteTile ivote_tile(int Y, int X, int wz, int wy, int wx)
+{
+    IvoteTile t;
+    const int tiles_x = (X + TX - 1) / TX, tiles_y = (Y + TY - 1) / TY;
+    int b = blockIdx.x;
+    t.x0 = (b % tiles_x) * TX;
+    b /= tiles_x;
+    t.y0 = (b % tiles_y) * TY;
+    t.z0 = (b / tiles_y) * TZ;
+    t.lx = threadIdx.x % TX;
+    t.ly = (threadIdx.x / TX) % TY;
+    t.lz = threadIdx.x / (TX * TY);
+    t.bz = TZ + 2 * wz;
+    t.by = TY + 2 * wy;
+    t.bx = TX + 2 * wx;
+    return t;
+}
+
+// ivote_vote_tiled<NDIM, TZ, TY, TX>: ivote_vote_table for the voters of a
+// tile, accumulated in shared memory (TZ * TY * TX threads per block).
+template <int NDIM, int TZ, int TY, int TX>
+__global__ void ivote_vote_tiled(const int* __restrict__ voter_of, const unsigned int* __restrict__ weights,
+                                 const short* __restrict__ directions, int Z, int Y, int X, float sz, float sy,
+                                 float sx, float cos_half, int cells, const int* __restrict__ starts,
+                                 const int* __restrict__ entries, int wz, int wy, int wx,
+                                 unsigned int* __restrict__ votes)
+{
+    extern __shared__ unsigned int ivote_box[];
+    const IvoteTile t = ivote_tile<NDIM, TZ, TY, TX>(Y, X, wz, wy, wx);
+    const int n_box = t.bz * t.by * t.bx;
+    for (int i = threadIdx.x; i < n_box; i += blockDim.x) ivote_box[i] = 0u;
+    __syncthreads();
+    const int z = t.z0 + t.lz, y = t.y0 + t.ly, x = t.x0 + t.lx;
+    const int j = (z < Z && y < Y && x < X) ? voter_of[(z * Y + y) * X + x] : -1;
+    if (j >= 0) {
+        const IvoteTableCone c = ivote_table_cone<NDIM, int>((z * Y + y) * X + x, directions, j, Y, X, cells, starts);
+        const unsigned int w = weights[j];
+        for (int e = c.first; e < c.last; ++e) {
+            int dz, dy, dx;
+            ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
+            const int pz = z + dz, py = y + dy, px = x + dx;
+            if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
+            if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
+            const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
+            const float d2 = (oz * oz + oy * oy) + ox * ox;
+            const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
+            if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
+                atomicAdd(ivote_box + ((t.lz + wz + dz) * t.by + (t.ly + wy + dy)) * t.bx + (t.lx + wx + dx), w);
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_box; i += blockDim.x) {
+        const unsigned int v = ivote_box[i];
+        if (v == 0u) continue;  // only cells inside the image ever receive votes
+        const int bx_ = i % t.bx, by_ = (i / t.bx) % t.by, bz_ = i / (t.bx * t.by);
+        atomicAdd(votes + ((t.z0 - wz + bz_) * Y + (t.y0 - wy + by_)) * X + (t.x0 - wx + bx_), v);
+    }
+}
+
+// ivote_turn_tiled<NDIM, TZ, TY, TX>: ivote_turn_table for the voters of a
+// tile, reading the votes of the tile's box from shared memory (0 outside the
+// image, where no cone cell is ever chosen).
+template <int NDIM, int TZ, int TY, int TX>
+__global__ void ivote_turn_tiled(const int* __restrict__ voter_of, short* __restrict__ directions, int Z, int Y,
+                                 int X, float sz, float sy, float sx, float cos_half, int cells,
+                                 const int* __restrict__ starts, const int* __restrict__ entries, int wz, int wy,
+                                 int wx, const unsigned int* __restrict__ votes)
+{
+    extern __shared__ unsigned int ivote_box[];
+    const IvoteTile t = ivote_tile<NDIM, TZ, TY, TX>(Y, X, wz, wy, wx);
+    const int n_box = t.bz * t.by * t.bx;
+    for (int i = threadIdx.x; i < n_box; i += blockDim.x) {
+        const int px = t.x0 - wx + i % t.bx, py = t.y0 - wy + (i / t.bx) % t.by, pz = t.z0 - wz + i / (t.bx * t.by);
+        const bool inside = (unsigned int)px < (unsigned int)X && (unsigned int)py < (unsigned int)Y &&
+                            (NDIM == 2 || (unsigned int)pz < (unsigned int)Z);
+        ivote_box[i] = inside ? __ldg(votes + (pz * Y + py) * X + px) : 0u;
+    }
+    __syncthreads();
+    const int z = t.z0 + t.lz, y = t.y0 + t.ly, x = t.x0 + t.lx;
+    const int j = (z < Z && y < Y && x < X) ? voter_of[(z * Y + y) * X + x] : -1;
+    if (j < 0) return;
+    const IvoteTableCone c = ivote_table_cone<NDIM, int>((z * Y + y) * X + x, directions, j, Y, X, cells, starts);
+    unsigned int best = 0;
+    float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
+    for (int e = c.first; e < c.last; ++e) {
+        int dz, dy, dx;
+        ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
+        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
+        const float d2 = (oz * oz + oy * oy) + ox * ox;
+        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
+        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
+            const unsigned int v = ivote_box[((t.lz + wz + dz) * t.by + (t.ly + wy + dy)) * t.bx + (t.lx + wx + dx)];
+            if (v > best) {
+                best = v;
+                best_oz = oz;
+                best_oy = oy;
+                best_ox = ox;
+                best_d2 = d2;
+            }
+        }
+    }
+    if (best > 0) {
+        const float norm = sqrtf(best_d2);
+        if (NDIM == 3) directions[j * NDIM] = (short)rintf((best_oz / norm) * 32767.0f);
+        directions[j * NDIM + NDIM - 2] = (short)rintf((best_oy / norm) * 32767.0f);
+        directions[j * NDIM + NDIM - 1] = (short)rintf((best_ox / norm) * 32767.0f);
+    }
+}
+
+// ivote_close_pairs<NDIM>: for the local maxima (flat indices, best first),
+// every pair (better i, worse j) closer than the radius: j scans the voting
+// disc/ball (`offsets`, packed as the cone tables, all with |offset| < radius
+// by the same float32 test) in `rank`, an image holding each maximum's place
+// in the order (-1 elsewhere). Pairs go to pairs[0..capacity) through the
+// counter *n_pairs (which may exceed capacity: the caller then retries).
+template <int NDIM>
+__global__ void ivote_close_pairs(const int* __restrict__ maxima, int n_maxima, const int* __restrict__ rank, int Z,
+                                  int Y, int X, const int* __restrict__ offsets, int n_offsets,
+                                  int* __restrict__ n_pairs, int2* __restrict__ pairs, int capacity)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_maxima) return;
+    const int t = maxima[j];
+    const int x = t % X, y = (t / X) % Y, z = t / (X * Y);
+    for (int e = 0; e < n_offsets; ++e) {
+        int dz, dy, dx;
+        ivote_unpack<NDIM>(__ldg(offsets + e), &dz, &dy, &dx);
+        const int pz = z + dz, py = y + dy, px = x + dx;
+        if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
+        if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
+        const int i = __ldg(rank + (pz * Y + py) * X + px);
+        if (i >= 0 && i < j) {
+            const int slot = atomicAdd(n_pairs, 1);
+            if (slot < capacity) pairs[slot] = make_int2(i, j);
+        }
+    }
+}
+
 #ifdef IVOTE_NVCC_CHECK
 #define IVOTE_INSTANTIATE(NDIM, INDEX)                                                                               \
     template __global__ void ivote_vote_table<NDIM, INDEX>(const INDEX*, const unsigned int*, const short*, long long, \
@@ -246,4 +399,13 @@ IVOTE_INSTANTIATE(2, int)
 IVOTE_INSTANTIATE(3, int)
 IVOTE_INSTANTIATE(3, long long)
 #undef IVOTE_INSTANTIATE
+template __global__ void ivote_vote_tiled<2, 1, 16, 16>(const int*, const unsigned int*, const short*, int, int, int,
+                                                        float, float, float, float, int, const int*, const int*, int,
+                                                        int, int, unsigned int*);
+template __global__ void ivote_turn_tiled<3, 4, 8, 8>(const int*, short*, int, int, int, float, float, float, float, int,
+                                                      const int*, const int*, int, int, int, const unsigned int*);
+template __global__ void ivote_close_pairs<2>(const int*, int, const int*, int, int, int, const int*, int, int*, int2*,
+                                              int);
+template __global__ void ivote_close_pairs<3>(const int*, int, const int*, int, int, int, const int*, int, int*, int2*,
+                                              int);
 #endif
