@@ -17,6 +17,7 @@ from ._backend import get_array_module
 
 __all__ = [
     "as_float_image",
+    "check_finite_range",
     "check_image",
     "check_positive",
     "check_spacing",
@@ -53,12 +54,14 @@ def check_spacing(spacing, ndim: int) -> tuple[float, ...]:
     return tuple(check_positive(s, "spacing") for s in spacing)
 
 
-def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False):
+def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False, finite=True):
     """Validate an image array and return it as an array of its own module.
 
     Accepts NumPy and CuPy arrays (and anything ``np.asarray`` takes). Rejects
-    the wrong number of dimensions, complex and object dtypes, and NaN/Inf.
-    RGB (a last axis of 3 or 4 with ``allow_rgb``) is accepted for 2D images.
+    the wrong number of dimensions, complex and object dtypes, and NaN/Inf
+    (unless ``finite=False``: the caller then checks, e.g. from the image's
+    min and max, with :func:`check_finite_range`). RGB (a last axis of 3 or 4
+    with ``allow_rgb``) is accepted for 2D images.
     """
     xp = get_array_module(image)
     image = xp.asarray(image)
@@ -71,9 +74,16 @@ def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False):
         raise ValueError(f"{name} must be {allowed}{rgb}; got {image.ndim}D with shape {image.shape}")
     if image.size == 0:
         raise ValueError(f"{name} is empty (shape {image.shape})")
-    if image.dtype.kind == "f" and not bool(xp.isfinite(image).all()):
+    if finite and image.dtype.kind == "f" and not bool(xp.isfinite(image).all()):
         raise ValueError(f"{name} contains NaN or infinite values; replace them first (e.g. numpy.nan_to_num)")
     return image
+
+
+def check_finite_range(low: float, high: float, *, name: str = "image") -> None:
+    """Raise the NaN/Inf error of :func:`check_image` unless the min and max
+    of an image (NaN propagates through both) are finite."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"{name} contains NaN or infinite values; replace them first (e.g. numpy.nan_to_num)")
 
 
 def as_float_image(image, *, dtype=None):

@@ -68,6 +68,14 @@ def _cone_tables(plan: VotingPlan, xp):
     return _tables[key]
 
 
+def _ball(plan: VotingPlan, xp):
+    """The voting disc/ball's offsets, packed, on the current GPU (memoized)."""
+    key = ("ball", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
+    if key not in _tables:
+        _tables[key] = xp.asarray(pack_offsets(plan.offsets))
+    return _tables[key]
+
+
 def _tiled_box(plan: VotingPlan, table, index: str) -> tuple | None:
     """The half-width (z, y, x) of a tile's box if this pass runs tiled, else None.
 
@@ -228,7 +236,7 @@ def sorted_close_pairs(votes, flat, plan: VotingPlan):
     flat, values = flat[order].astype(np.int32), values[order].astype(np.int64)
     rank = xp.full(votes.shape, -1, dtype=np.int32)
     rank.ravel()[flat] = xp.arange(n, dtype=np.int32)
-    offsets = xp.asarray(pack_offsets(plan.offsets))
+    offsets = _ball(plan, xp)
     Z, Y, X = _dims(votes.shape)
     kernel = _module(plan.ndim, "int", xp)["ivote_close_pairs"]
     capacity = max(64, 4 * n)

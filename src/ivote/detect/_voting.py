@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._backend import get_array_module, ndimage_module, select_xp, to_device, to_host
-from .._validate import check_image, check_positive, check_spacing
+from .._validate import check_finite_range, check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
 from ._plan import VotingPlan, make_plan
 
@@ -244,7 +244,7 @@ def iterative_voting(
     xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)
-    image = check_image(image, allow_rgb=True)
+    image = check_image(image, allow_rgb=True, finite=features is not None)  # else: from min/max below
     image = to_device(image, xp) if get_array_module(image) is not xp else image
     signal, from_rgb = _spatial_image(image, channel, xp)
     ndim = signal.ndim
@@ -273,6 +273,7 @@ def iterative_voting(
     # float64 up to the quantised weights: both backends then round alike (see _plan.py)
     smoothed = signal.astype(np.float64, order="C", copy=True)
     low, high = (float(v) for v in to_host(xp.stack([smoothed.min(), smoothed.max()])))  # one sync
+    check_finite_range(low, high, name="features" if features is not None else "image")
     name = "numpy" if xp is np else "cupy"
     if high > low:
         smoothed -= low
