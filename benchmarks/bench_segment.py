@@ -6,15 +6,18 @@ Cases (full): 1024^2 with 200 nuclei and 256^3 with 300 nuclei, 500 iterations
 * GPU: the whole call (set-up, 500 fused iterations, reinitialisations,
   shape-prior fits, labels), CUDA events, after a warm-up call (compilation).
 * The fused kernel alone: 200 bare launches timed with CUDA events, its
-  achieved bandwidth (essential traffic: phi read + write and, per valid cell,
-  image, overlap canvas read and zeroing: 20 bytes a cell; the canvas atomics
-  are not counted) against a device-to-device copy measured in the same run.
+  achieved bandwidth (essential traffic: phi read + write and the per-box prior
+  psi read and, per valid cell, image, overlap canvas read and zeroing: 24 bytes
+  a cell; the canvas atomics are not counted) against a device-to-device copy
+  measured in the same run. ``--tile-sweep`` times it for a few tile shapes
+  first and uses the fastest.
+* A breakdown of one call into phases (CUDA events, ``_segment.PROFILE``).
 * NumPy path: the same call with a few iterations, per-iteration time
   extrapolated to 500 (the set-up, timed with 0 iterations, is added once).
 * scikit-image: ``skimage.segmentation.chan_vese`` run on each object's box for
   500 iterations (2D only), on a subset of objects, extrapolated to all.
 
-Usage: python benchmarks/bench_segment.py [--quick] [--out benchmarks/results/segment.md]
+Usage: python benchmarks/bench_segment.py [--quick] [--gpu-only] [--tile-sweep] [--out benchmarks/results/segment.md]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ivote.data import synthetic_nuclei
 from ivote.metrics import match_labels
 from ivote.segment import segment_nuclei
 from ivote.segment import _segment
+from ivote.segment import _cuda
 from ivote.segment._cuda import CudaStepper
 from ivote.segment._shape_prior import fit_poses, moment_features
 
@@ -67,7 +71,7 @@ def copy_bandwidth(nbytes=1 << 28):
     return 2 * nbytes / seconds
 
 
-def kernel_bandwidth(image, seeds, radius, spacing, launches=200):
+def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None):
     """Time bare fused launches on the case's real batch (after one normal block)."""
     xp = default_xp()
     weights = dict(_segment.DEFAULT_WEIGHTS)
@@ -78,8 +82,9 @@ def kernel_bandwidth(image, seeds, radius, spacing, launches=200):
     phi = _segment._initial_level_sets(seeds, batch, 0.5 * radius, xp)
     pose = fit_poses((phi > 0) & batch.valid, moment_features(batch.box_shape, batch.spacing, xp), batch.spacing,
                      batch.prior, xp)
-    stepper = CudaStepper(batch, block_length=50, use_graph=False)
-    stepper.run(phi, pose, 50)
+    stepper = CudaStepper(batch, block_length=50, use_graph=False, tiles=tiles)
+    stepper.prior(pose)
+    stepper.run(phi, 50)
     stepper.steps_only(10, start=51)
     start, end = xp.cuda.Event(), xp.cuda.Event()
     start.record()
@@ -88,7 +93,7 @@ def kernel_bandwidth(image, seeds, radius, spacing, launches=200):
     end.synchronize()
     per_launch = xp.cuda.get_elapsed_time(start, end) / 1e3 / launches
     valid_cells = int(batch.valid.sum())
-    nbytes = 8 * stepper.cells + 12 * valid_cells
+    nbytes = 12 * stepper.cells + 12 * valid_cells  # phi read + write, psi read; image, canvas read + zeroing
     return per_launch, nbytes / per_launch, stepper.cells, stepper.kernel_name
 
 
@@ -117,24 +122,62 @@ def skimage_time(image, seeds, radius, n_objects):
     return (time.perf_counter() - t0) / len(subset) * len(seeds)
 
 
-def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, copy_bw):
+def breakdown(image_d, centers, kwargs):
+    """{phase: (device ms, host ms)} of one call (after the warm-up of gpu_time)."""
+    _segment.PROFILE = []
+    try:
+        segment_nuclei(image_d, centers, iterations=ITERATIONS, **kwargs)
+        return _segment.PROFILE[0]
+    finally:
+        _segment.PROFILE = None
+
+
+TILE_CANDIDATES = {2: [(1, 16, 16), (1, 8, 32), (1, 16, 32)], 3: [(4, 8, 16), (8, 8, 8), (4, 8, 8), (2, 16, 16)]}
+
+
+def tile_sweep(image, centers, radius, spacing):
+    """The fused kernel alone for each candidate tile shape; sets the fastest as the default."""
+    ndim = image.ndim
+    results = {}
+    for tiles in TILE_CANDIDATES[ndim]:
+        try:
+            results[tiles] = kernel_bandwidth(image, centers, radius, spacing, tiles=tiles)
+        except Exception as exc:
+            print(f"tiles {tiles}: {type(exc).__name__}: {exc}", flush=True)
+    best = min(results, key=lambda t: results[t][0])
+    print(f"{ndim}D tile sweep (us/iteration): "
+          + ", ".join(f"{t}: {1e6 * r[0]:.1f}" for t, r in results.items()) + f"; best {best}", flush=True)
+    _cuda.TILES[ndim] = best
+    return results[best], {t: 1e6 * r[0] for t, r in results.items()}
+
+
+def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, copy_bw, peers=True, sweep=False):
     image, truth, centers, spacing, _ = synthetic_nuclei(shape, radius=radius, n_nuclei=n_nuclei, overlap=0.2, seed=5)
     kwargs = dict(radius=radius, spacing=spacing, tol=0)
     image_d = to_device(image)
+    sweep_us = None
+    if sweep:
+        _, sweep_us = tile_sweep(image, centers, radius, spacing)
     gpu_s, labels = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, **kwargs))
+    phases = breakdown(image_d, centers, kwargs)
+    print(f"{name} breakdown (device ms, host ms): "
+          + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in phases.items()), flush=True)
+    default_s, _ = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, radius=radius,
+                                                    spacing=spacing), repeats=2)
     f1 = match_labels(to_host(labels), truth).f1
-    # the share of reinitialisations (two exact EDTs each) and shape fits: the same call, reinitialising 4x less
+    # the share of reinitialisations and shape fits: the same call, reinitialising 2x less often
     sparse_s, _ = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, reinit_every=100, **kwargs),
                            repeats=2)
     per_launch, bandwidth, cells, kernel_name = kernel_bandwidth(image, centers, radius, spacing)
-    np_s, np_per_iter = numpy_time(image, centers, kwargs, numpy_iterations)
-    sk_s = skimage_time(image, centers, radius, skimage_objects) if image.ndim == 2 else None
+    np_s = numpy_time(image, centers, kwargs, numpy_iterations)[0] if peers else float("nan")
+    sk_s = skimage_time(image, centers, radius, skimage_objects) if image.ndim == 2 and peers else None
     updates = cells * ITERATIONS / gpu_s
     return {
         "case": f"{name}: {'x'.join(map(str, shape))}, {len(centers)} nuclei, r={radius}, {ITERATIONS} it",
         "gpu_ms": 1e3 * gpu_s, "gpu_sparse_ms": 1e3 * sparse_s, "numpy_s": np_s, "numpy_iters": numpy_iterations, "skimage_s": sk_s,
         "skimage_objects": skimage_objects, "updates": updates, "cells": cells, "kernel_us": 1e6 * per_launch,
         "kernel_gbs": bandwidth / 1e9, "copy_gbs": copy_bw / 1e9, "f1": f1, "kernel": kernel_name,
+        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us, "tiles": _cuda.TILES[image.ndim],
     }
 
 
@@ -142,6 +185,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller cases (512^2/50, 128^3/40)")
     parser.add_argument("--out", default=None, help="write the markdown table here")
+    parser.add_argument("--gpu-only", action="store_true", help="skip the NumPy and scikit-image peers")
+    parser.add_argument("--tile-sweep", action="store_true",
+                        help="time the fused kernel for a few tile shapes first and use the fastest")
     args = parser.parse_args(argv)
     if not cupy_available():
         raise SystemExit("bench_segment.py needs a GPU (CuPy); the NumPy path is timed against it")
@@ -154,7 +200,7 @@ def main(argv=None):
     rows = []
     for case in cases:
         try:
-            rows.append(run_case(*case, copy_bw))
+            rows.append(run_case(*case, copy_bw, peers=not args.gpu_only, sweep=args.tile_sweep))
         except Exception as exc:  # report the case and go on with the next one
             print(f"case {case[0]} failed: {type(exc).__name__}: {exc}", flush=True)
             continue
@@ -177,6 +223,15 @@ def main(argv=None):
             f"{r['numpy_s'] * 1e3 / r['gpu_ms']:.0f}x | {sk} | {sk_ratio} | {r['updates']:.2e} | {r['kernel_us']:.1f} | "
             f"{r['kernel_gbs']:.0f} | {100 * r['kernel_gbs'] / r['copy_gbs']:.0f}% | {r['f1']:.3f} |"
         )
+    lines += ["", "Breakdown of one whole call (CUDA events between phases; device ms / host ms, summed over blocks), "
+              "and the whole call with the defaults (tol=1e-3: convergence checks, early stop):", ""]
+    for r in rows:
+        lines.append(f"- {r['case']}: " + ", ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in r["phases"].items())
+                     + f"; defaults: {r['default_ms']:.1f} ms")
+    for r in rows:
+        if r["sweep_us"]:
+            lines.append(f"- {r['case']}: fused kernel us/iteration by tile (TZ, TY, TX): "
+                         + ", ".join(f"{t}: {us:.1f}" for t, us in r["sweep_us"].items()) + f"; used {r['tiles']}")
     lines += ["", "Kernels: " + ", ".join(sorted({r["kernel"] for r in rows})) + ". Cells = objects x box cells: "
               + ", ".join(f"{r['cells']:,}" for r in rows) + "."]
     text = "\n".join(lines) + "\n"

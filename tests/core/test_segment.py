@@ -189,3 +189,22 @@ def test_heavisides():
     assert hc[0] == 0 and hc[-1] == 1 and hc[50] == pytest.approx(0.5)
     # the Dirac is the derivative of the Heaviside
     np.testing.assert_allclose(np.gradient(h, phi), ref.dirac(phi, 1.0), atol=2e-3)
+
+
+def test_3d_hull_count_matches_scikit_image():
+    from skimage.morphology import convex_hull_image
+
+    from ivote.segment._merge import solidity
+
+    rng = np.random.default_rng(1)
+    for _ in range(8):
+        shape = tuple(int(v) for v in rng.integers(6, 20, size=3))
+        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
+        mask = np.zeros(shape, dtype=bool)
+        for _ in range(2):  # two overlapping ellipsoids: a concave union
+            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(2, 6, 3)
+            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
+        if mask.sum() < 5:
+            continue
+        expected = mask.sum() / convex_hull_image(mask).sum()
+        assert solidity(mask) == pytest.approx(expected, abs=1e-12)

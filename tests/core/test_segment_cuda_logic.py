@@ -19,11 +19,11 @@ from ivote.segment import _reference as ref
 def emulated_kernel(batch):
     def kernel(grid, block, args):
         (phi_in, phi_out, image, canvas_in, canvas_out, canvas_zero, sums_in, sums_out, sums_zero,
-         consts, origins, pose, templates, coef, dims, prime) = args
+         consts, origins, psi, coef, dims, prime) = args
         if prime:
             new = phi_in.copy()
         else:
-            new = ref.step(phi_in, batch, pose, sums=(sums_in[:, 0], sums_in[:, 1]), canvas=canvas_in)
+            new = ref.step(phi_in, batch, None, psi, sums=(sums_in[:, 0], sums_in[:, 1]), canvas=canvas_in)
         phi_out[...] = new
         canvas_zero[batch.global_index[batch.valid]] = 0
         canvas_out += ref.overlap_canvas(new, batch)

@@ -15,21 +15,27 @@
 #define IVOTE_PI 3.14159265358979f
 #define IVOTE_MAX_POSE 32
 
-// coef[]: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, hz, hy, hx, extent
+// coef[]: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, hz, hy, hx, extent,
+//         1/eps, eps/pi, 1/(2h) (z, y, x), 1/h^2 (z, y, x), 1/(4 hz hy), 1/(4 hz hx), 1/(4 hy hx)
 // dims[]: bz, by, bx, iz, iy, ix, tiles_z, tiles_y, tiles_x, grid_size T, n_modes K, pose size P
 
-__device__ __forceinline__ float ivote_heaviside(float phi, float eps) {
-    return 0.5f + atanf(phi / eps) / IVOTE_PI;
+// The smooth functions take 1/eps (and eps/pi): divisions by constants are multiplications by
+// reciprocals the host computes once (coef[12..]); the NumPy reference divides, which differs
+// from these by rounding only.
+__device__ __forceinline__ float ivote_heaviside(float phi, float inv_eps) {
+    return 0.5f + atanf(phi * inv_eps) * (1.0f / IVOTE_PI);
 }
 
-__device__ __forceinline__ float ivote_dirac(float phi, float eps) {
-    return (eps / IVOTE_PI) / (eps * eps + phi * phi);
+__device__ __forceinline__ float ivote_dirac(float phi, float eps, float eps_over_pi) {
+    return eps_over_pi * __frcp_rn(eps * eps + phi * phi);
 }
 
-__device__ __forceinline__ float ivote_heaviside_compact(float phi, float eps) {
-    if (phi <= -eps) return 0.0f;
-    if (phi >= eps) return 1.0f;
-    return 0.5f * (1.0f + phi / eps + sinf(IVOTE_PI * phi / eps) / IVOTE_PI);
+__device__ __forceinline__ float ivote_heaviside_compact(float phi, float inv_eps) {
+    const float u = phi * inv_eps;
+    if (u <= -1.0f) return 0.0f;
+    if (u >= 1.0f) return 1.0f;
+    // sinpif(u) = sin(pi u) for |u| < 1: no large-argument reduction path
+    return 0.5f * (1.0f + u + sinpif(u) * (1.0f / IVOTE_PI));
 }
 
 // ivote_levelset_prior: the object's fitted prior SDF at box-centred physical position rel[]:
@@ -79,7 +85,7 @@ __device__ __forceinline__ float ivote_levelset_prior(const float* rel, const fl
 // ivote_levelset_step<NDIM, TZ, TY, TX, IndexT>: one fused iteration for every object.
 // Loads a TZ x TY x TX tile of phi plus a one-cell halo (edge-replicated at the box border) into
 // shared memory, computes the curvature with cross-derivatives, the Chan-Vese region force (means
-// from sums_in), the shape-prior force and the overlap force (canvas_in), writes phi^(k+1) once,
+// from sums_in), the shape-prior force (psi_boxes) and the overlap force (canvas_in), writes phi^(k+1) once,
 // and accumulates canvas_out and sums_out (block reduction, one atomic per block and quantity).
 // prime != 0: copy phi and accumulate only (after a reinitialisation).
 template <int NDIM, int TZ, int TY, int TX, typename IndexT>
@@ -91,20 +97,19 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
                     const float* __restrict__ sums_in, float* __restrict__ sums_out,
                     float* __restrict__ sums_zero,
                     const float* __restrict__ region_consts, const int* __restrict__ origins,
-                    const float* __restrict__ pose, const float* __restrict__ templates,
+                    const float* __restrict__ psi_boxes,
                     const float* __restrict__ coef, const int* __restrict__ dims, const int prime) {
     constexpr int HZ = (NDIM == 3) ? 1 : 0;
     constexpr int SZ = TZ + 2 * HZ, SY = TY + 2, SX = TX + 2;
     constexpr int NT = TZ * TY * TX;
     __shared__ float tile[SZ][SY][SX];
-    __shared__ float sh_pose[IVOTE_MAX_POSE];
     __shared__ float red[2][NT / 32];
+    __shared__ float region_sh[3];  // c_in, c_out, 1 / contrast of this object
 
     const int obj = blockIdx.x;
     const int bz = dims[0], by = dims[1], bx = dims[2];
     const int iz = dims[3], iy = dims[4], ix = dims[5];
     const int tiles_y = dims[7], tiles_x = dims[8];
-    const int T = dims[9], K = dims[10], P = dims[11];
     const int t = blockIdx.y;
     const int x0 = (t % tiles_x) * TX;
     const int y0 = ((t / tiles_x) % tiles_y) * TY;
@@ -120,14 +125,24 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
         const int x = min(max(x0 - 1 + sx, 0), bx - 1);
         tile[sz][sy][sx] = phi_box[((IndexT)z * by + y) * bx + x];
     }
-    for (int i = tid; i < P; i += NT) sh_pose[i] = pose[(IndexT)obj * P + i];
+    if (tid == 0) {
+        // Chan-Vese means of phi^k (one object per block), divided by the object's contrast
+        // (c_in - c_out)^2 >= 0.05^2 below
+        const float s_hi = sums_in[2 * obj], s_h = sums_in[2 * obj + 1];
+        const float c_in = s_hi / fmaxf(s_h, 1e-6f);
+        const float c_out = (region_consts[2 * obj] - s_hi) / fmaxf(region_consts[2 * obj + 1] - s_h, 1e-6f);
+        region_sh[0] = c_in;
+        region_sh[1] = c_out;
+        region_sh[2] = 1.0f / fmaxf((c_in - c_out) * (c_in - c_out), 0.0025f);
+    }
     __syncthreads();
 
     const int lx = threadIdx.x, ly = threadIdx.y, lz = threadIdx.z;
     const int x = x0 + lx, y = y0 + ly, z = z0 + lz;
     float acc_hi = 0.0f, acc_h = 0.0f;
+    // coef[12..]: 1/eps, eps/pi, 1/(2h) (z, y, x), 1/h^2 (z, y, x), 1/(4 hz hy), 1/(4 hz hx), 1/(4 hy hx)
+    const float inv_eps = coef[12];
     if (x < bx && y < by && z < bz) {
-        const float eps = coef[5];
         const int cz = lz + HZ, cy = ly + 1, cx = lx + 1;
         const float phi = tile[cz][cy][cx];
         const int gz = origins[3 * obj] + z, gy = origins[3 * obj + 1] + y, gx = origins[3 * obj + 2] + x;
@@ -138,24 +153,23 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
         const float value = valid ? __ldg(image + gidx) : 0.0f;
         float next = phi;
         if (!prime && valid && !border) {
-            const float hz = coef[8], hy = coef[9], hx = coef[10];
             // first and second derivatives, cross terms (the mean curvature numerator)
             const float xm = tile[cz][cy][cx - 1], xp = tile[cz][cy][cx + 1];
             const float ym = tile[cz][cy - 1][cx], yp = tile[cz][cy + 1][cx];
-            const float px = (xp - xm) / (2.0f * hx), py = (yp - ym) / (2.0f * hy);
-            const float pxx = (xp - 2.0f * phi + xm) / (hx * hx);
-            const float pyy = (yp - 2.0f * phi + ym) / (hy * hy);
+            const float px = (xp - xm) * coef[16], py = (yp - ym) * coef[15];
+            const float pxx = (xp - 2.0f * phi + xm) * coef[19];
+            const float pyy = (yp - 2.0f * phi + ym) * coef[18];
             const float pyx = (tile[cz][cy + 1][cx + 1] - tile[cz][cy + 1][cx - 1] -
-                               tile[cz][cy - 1][cx + 1] + tile[cz][cy - 1][cx - 1]) / (4.0f * hy * hx);
+                               tile[cz][cy - 1][cx + 1] + tile[cz][cy - 1][cx - 1]) * coef[22];
             float g2, num;
             if (NDIM == 3) {
                 const float zm = tile[cz - HZ][cy][cx], zp = tile[cz + HZ][cy][cx];
-                const float pz = (zp - zm) / (2.0f * hz);
-                const float pzz = (zp - 2.0f * phi + zm) / (hz * hz);
+                const float pz = (zp - zm) * coef[14];
+                const float pzz = (zp - 2.0f * phi + zm) * coef[17];
                 const float pzy = (tile[cz + HZ][cy + 1][cx] - tile[cz + HZ][cy - 1][cx] -
-                                   tile[cz - HZ][cy + 1][cx] + tile[cz - HZ][cy - 1][cx]) / (4.0f * hz * hy);
+                                   tile[cz - HZ][cy + 1][cx] + tile[cz - HZ][cy - 1][cx]) * coef[20];
                 const float pzx = (tile[cz + HZ][cy][cx + 1] - tile[cz + HZ][cy][cx - 1] -
-                                   tile[cz - HZ][cy][cx + 1] + tile[cz - HZ][cy][cx - 1]) / (4.0f * hz * hx);
+                                   tile[cz - HZ][cy][cx + 1] + tile[cz - HZ][cy][cx - 1]) * coef[21];
                 g2 = pz * pz + py * py + px * px;
                 num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px);
                 num = num - 2.0f * pz * py * pzy;
@@ -168,39 +182,27 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
             }
             const float g2e = g2 + 1e-6f;
             const float kappa_max = coef[7];
-            const float kappa = fminf(fmaxf(num / (g2e * sqrtf(g2e)), -kappa_max), kappa_max);
-            // Chan-Vese region force from the means of phi^k
-            const float s_hi = sums_in[2 * obj], s_h = sums_in[2 * obj + 1];
-            const float c_in = s_hi / fmaxf(s_h, 1e-6f);
-            const float c_out = (region_consts[2 * obj] - s_hi) / fmaxf(region_consts[2 * obj + 1] - s_h, 1e-6f);
-            // divided by the object's contrast (c_in - c_out)^2 >= 0.05^2, clipped to +-max(l1, l2)
-            const float contrast = fmaxf((c_in - c_out) * (c_in - c_out), 0.0025f);
+            const float kappa = fminf(fmaxf(num * __frcp_rn(g2e * sqrtf(g2e)), -kappa_max), kappa_max);
+            // Chan-Vese region force from the means of phi^k, clipped to +-max(l1, l2)
+            const float c_in = region_sh[0], c_out = region_sh[1];
             const float region_max = fmaxf(coef[0], coef[1]);
-            float region = (-coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out)) / contrast;
+            float region = (-coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out))
+                           * region_sh[2];
             region = fminf(fmaxf(region, -region_max), region_max);
-            // shape prior
-            float rel[NDIM];
-            if (NDIM == 3) {
-                rel[0] = ((float)z - 0.5f * (float)(bz - 1)) * hz - sh_pose[0];
-                rel[1] = ((float)y - 0.5f * (float)(by - 1)) * hy - sh_pose[1];
-                rel[NDIM - 1] = ((float)x - 0.5f * (float)(bx - 1)) * hx - sh_pose[NDIM - 1];
-            } else {
-                rel[0] = ((float)y - 0.5f * (float)(by - 1)) * hy - sh_pose[0];
-                rel[NDIM - 1] = ((float)x - 0.5f * (float)(bx - 1)) * hx - sh_pose[NDIM - 1];
-            }
-            const float psi = ivote_levelset_prior<NDIM>(rel, sh_pose, templates, T, K, coef[11]);
+            // shape prior: the object's fitted prior SDF, evaluated once per fit (ivote_levelset_prior_eval)
+            const float psi = psi_boxes[(IndexT)obj * box_cells + ((IndexT)z * by + y) * bx + x];
             const float shape = fminf(fmaxf(psi - phi, -1.0f), 1.0f);
             // overlap with every other object
-            const float others = fminf(fmaxf(canvas_in[gidx] - ivote_heaviside_compact(phi, eps), 0.0f), 1.0f);
+            const float others = fminf(fmaxf(canvas_in[gidx] - ivote_heaviside_compact(phi, inv_eps), 0.0f), 1.0f);
             const float force = coef[2] * kappa + region + coef[3] * shape - coef[4] * others;
-            next = phi + coef[6] * ivote_dirac(phi, eps) * force;
+            next = phi + coef[6] * ivote_dirac(phi, coef[5], coef[13]) * force;
         }
         phi_out[(IndexT)obj * box_cells + ((IndexT)z * by + y) * bx + x] = next;
         if (valid) {
             canvas_zero[gidx] = 0.0f;
-            const float hc = ivote_heaviside_compact(next, eps);
+            const float hc = ivote_heaviside_compact(next, inv_eps);
             if (hc > 0.0f) atomicAdd(canvas_out + gidx, hc);
-            const float h = ivote_heaviside(next, eps);
+            const float h = ivote_heaviside(next, inv_eps);
             acc_hi = h * value;
             acc_h = h;
         }
@@ -234,3 +236,202 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Per-cell helpers of the kernels below: cell c of the stacked boxes (x fastest), its object and
+// whether it lies inside the image (the same rule as the step kernel).
+#define IVOTE_EDT_INF 1e30f
+
+__device__ __forceinline__ bool ivote_levelset_valid(const int* __restrict__ origins,
+                                                     const int* __restrict__ dims, int obj, int z, int y, int x) {
+    const int gz = origins[3 * obj] + z, gy = origins[3 * obj + 1] + y, gx = origins[3 * obj + 2] + x;
+    return gz >= 0 && gz < dims[3] && gy >= 0 && gy < dims[4] && gx >= 0 && gx < dims[5];
+}
+
+template <typename IndexT>
+__device__ __forceinline__ void ivote_levelset_decode(IndexT c, const int* __restrict__ dims, int& obj, int& z,
+                                                      int& y, int& x) {
+    const int by = dims[1], bx = dims[2];
+    const IndexT box_cells = (IndexT)dims[0] * by * bx;
+    obj = (int)(c / box_cells);
+    const IndexT r = c - (IndexT)obj * box_cells;
+    x = (int)(r % bx);
+    y = (int)((r / bx) % by);
+    z = (int)(r / ((IndexT)bx * by));
+}
+
+// ivote_levelset_prior_eval<NDIM, IndexT>: psi[obj][cell] = the object's fitted prior SDF
+// (ivote_levelset_prior at the cell's box-centred position), once per fit, so that the step
+// kernel reads one value per cell instead of 2^NDIM x (1 + K) template gathers per iteration.
+// Same formulas and tap order as _shape_prior.prior_sdf.
+template <int NDIM, typename IndexT>
+__global__ void ivote_levelset_prior_eval(float* __restrict__ psi, const float* __restrict__ pose,
+                                          const float* __restrict__ templates, const float* __restrict__ coef,
+                                          const int* __restrict__ dims, const IndexT total) {
+    const int bz = dims[0], by = dims[1], bx = dims[2];
+    const int T = dims[9], K = dims[10], P = dims[11];
+    const float hz = coef[8], hy = coef[9], hx = coef[10];
+    for (IndexT c = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += (IndexT)gridDim.x * blockDim.x) {
+        int obj, z, y, x;
+        ivote_levelset_decode<IndexT>(c, dims, obj, z, y, x);
+        const float* p = pose + (IndexT)obj * P;
+        float rel[NDIM];
+        if (NDIM == 3) {
+            rel[0] = ((float)z - 0.5f * (float)(bz - 1)) * hz - p[0];
+            rel[1] = ((float)y - 0.5f * (float)(by - 1)) * hy - p[1];
+            rel[NDIM - 1] = ((float)x - 0.5f * (float)(bx - 1)) * hx - p[NDIM - 1];
+        } else {
+            rel[0] = ((float)y - 0.5f * (float)(by - 1)) * hy - p[0];
+            rel[NDIM - 1] = ((float)x - 0.5f * (float)(bx - 1)) * hx - p[NDIM - 1];
+        }
+        psi[c] = ivote_levelset_prior<NDIM>(rel, p, templates, T, K, coef[11]);
+    }
+}
+
+// ivote_levelset_edt_x<IndexT>: first pass of the exact distance transforms of every box
+// (reinitialisation). inside = phi > 0 and in the image; per cell, along its x line of the box:
+// g_in = squared distance to the nearest outside cell, g_out = to the nearest inside cell
+// (IVOTE_EDT_INF when none). Sets *any_inside when some cell of some box is inside.
+template <typename IndexT>
+__global__ void ivote_levelset_edt_x(const float* __restrict__ phi, float* __restrict__ g_in,
+                                     float* __restrict__ g_out, const int* __restrict__ origins,
+                                     const float* __restrict__ coef, const int* __restrict__ dims,
+                                     unsigned int* __restrict__ any_inside, const IndexT total) {
+    const int bx = dims[2], ix = dims[5];
+    const float hx = coef[10];
+    for (IndexT c = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += (IndexT)gridDim.x * blockDim.x) {
+        int obj, z, y, x;
+        ivote_levelset_decode<IndexT>(c, dims, obj, z, y, x);
+        const int gz = origins[3 * obj] + z, gy = origins[3 * obj + 1] + y, gx0 = origins[3 * obj + 2];
+        const bool line_ok = gz >= 0 && gz < dims[3] && gy >= 0 && gy < dims[4];
+        const IndexT base = c - x;
+        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
+        for (int k = 0; k < bx; ++k) {
+            const bool ins = line_ok && gx0 + k >= 0 && gx0 + k < ix && phi[base + k] > 0.0f;
+            const float d = (float)(k - x) * hx;
+            const float d2 = d * d;
+            if (ins) best_out = fminf(best_out, d2);
+            else best_in = fminf(best_in, d2);
+        }
+        g_in[c] = best_in;  // 0 at outside cells, best_out 0 at inside cells (k = x)
+        g_out[c] = best_out;
+        const bool me = best_out == 0.0f;
+        const unsigned int active = __activemask();
+        const unsigned int votes = __ballot_sync(active, me);
+        if (votes != 0u && (int)(threadIdx.x & 31) == __ffs(active) - 1) *any_inside = 1u;
+    }
+}
+
+// ivote_levelset_edt_pass<NDIM, AXIS, FINAL, IndexT>: one more separable pass along box axis AXIS
+// (0 = z, 1 = y of the (bz, by, bx) box): h(p) = min over the line of g(q) + ((p - q) h_axis)^2,
+// for the inside and the outside transform together. FINAL (the last axis): instead of writing h,
+// writes the reinitialised level set, as _segment._reinitialise: inside cells d_in - 1/2, outside
+// -(min(d_out, clip) - 1/2); cells with an axis neighbour (edge-replicated) of the other side keep
+// their sub-pixel position clip(phi / max(|grad phi|, 0.1), -1, 1) with the sign of the mask;
+// -clip everywhere when no box has an inside cell.
+template <int NDIM, int AXIS, bool FINAL, typename IndexT>
+__global__ void ivote_levelset_edt_pass(const float* __restrict__ g_in, const float* __restrict__ g_out,
+                                        float* __restrict__ h_in, float* __restrict__ h_out,
+                                        const float* __restrict__ phi, float* __restrict__ phi_out,
+                                        const int* __restrict__ origins, const float* __restrict__ coef,
+                                        const int* __restrict__ dims, const unsigned int* __restrict__ any_inside,
+                                        const float clip, const IndexT total) {
+    const int by = dims[1], bx = dims[2];
+    const int L = dims[AXIS];
+    const IndexT stride = AXIS == 1 ? (IndexT)bx : (IndexT)bx * by;
+    const float h = coef[8 + AXIS];
+    for (IndexT c = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += (IndexT)gridDim.x * blockDim.x) {
+        int obj, z, y, x;
+        ivote_levelset_decode<IndexT>(c, dims, obj, z, y, x);
+        const int pos = AXIS == 1 ? y : z;
+        const IndexT base = c - (IndexT)pos * stride;
+        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
+        for (int k = 0; k < L; ++k) {
+            const float d = (float)(k - pos) * h;
+            const float d2 = d * d;
+            best_in = fminf(best_in, g_in[base + (IndexT)k * stride] + d2);
+            best_out = fminf(best_out, g_out[base + (IndexT)k * stride] + d2);
+        }
+        if (!FINAL) {
+            h_in[c] = best_in;
+            h_out[c] = best_out;
+            continue;
+        }
+        const float value = phi[c];
+        const bool me = value > 0.0f && ivote_levelset_valid(origins, dims, obj, z, y, x);
+        const float d_in = sqrtf(best_in), d_out = fminf(sqrtf(best_out), clip);
+        const float sdf = me ? d_in - 0.5f : -(d_out - 0.5f);
+        float grad2 = 0.0f;
+        bool near = false;
+        const int bz = dims[0];
+        const IndexT cell_stride[3] = {(IndexT)bx * by, (IndexT)bx, (IndexT)1};
+        const int p[3] = {z, y, x};
+        const int extent[3] = {bz, by, bx};
+#pragma unroll
+        for (int a = 3 - NDIM; a < 3; ++a) {
+            const int lo = max(p[a] - 1, 0), hi = min(p[a] + 1, extent[a] - 1);
+            const IndexT c_lo = c + (IndexT)(lo - p[a]) * cell_stride[a];
+            const IndexT c_hi = c + (IndexT)(hi - p[a]) * cell_stride[a];
+            const float v_lo = phi[c_lo], v_hi = phi[c_hi];
+            const float g = (v_hi - v_lo) / (2.0f * coef[8 + a]);
+            grad2 = __fadd_rn(grad2, __fmul_rn(g, g));
+            int q[3] = {z, y, x};
+            q[a] = lo;
+            const bool in_lo = v_lo > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
+            q[a] = hi;
+            const bool in_hi = v_hi > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
+            near = near || (in_lo != me) || (in_hi != me);
+        }
+        float sub = fminf(fmaxf(value / fmaxf(sqrtf(grad2), 0.1f), -1.0f), 1.0f);
+        sub = me ? fmaxf(sub, 1e-3f) : fminf(sub, -1e-3f);
+        phi_out[c] = *any_inside ? (near ? sub : sdf) : -clip;
+    }
+}
+
+// ivote_levelset_label_max<IndexT>: final labels. Every inside cell (phi > 0, in the image) of
+// object k proposes key = (bits of phi) << 32 | (k + 1) at its image pixel by a 64-bit atomicMax:
+// positive floats order as their bits, so the pixel keeps the largest level set, ties the higher
+// label (the NumPy path's lexsort rule). labels = key & 0xffffffff afterwards (0: background).
+template <typename IndexT>
+__global__ void ivote_levelset_label_max(const float* __restrict__ phi, const int* __restrict__ origins,
+                                         const int* __restrict__ dims, unsigned long long* __restrict__ keys,
+                                         const IndexT total) {
+    const int iy = dims[4], ix = dims[5];
+    for (IndexT c = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += (IndexT)gridDim.x * blockDim.x) {
+        const float value = phi[c];
+        if (!(value > 0.0f)) continue;
+        int obj, z, y, x;
+        ivote_levelset_decode<IndexT>(c, dims, obj, z, y, x);
+        if (!ivote_levelset_valid(origins, dims, obj, z, y, x)) continue;
+        const IndexT gidx = ((IndexT)(origins[3 * obj] + z) * iy + (origins[3 * obj + 1] + y)) * ix +
+                            (origins[3 * obj + 2] + x);
+        const unsigned long long key =
+            ((unsigned long long)__float_as_uint(value) << 32) | (unsigned long long)(unsigned int)(obj + 1);
+        atomicMax(keys + gidx, key);
+    }
+}
+
+#ifdef IVOTE_NVCC_CHECK
+template __global__ void ivote_levelset_step<2, 1, 16, 16, int>(const float*, float*, const float*, const float*,
+    float*, float*, const float*, float*, float*, const float*, const int*, const float*, const float*, const int*,
+    const int);
+template __global__ void ivote_levelset_step<3, 4, 8, 16, long long>(const float*, float*, const float*,
+    const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
+    const float*, const int*, const int);
+template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float*, const float*,
+                                                           const int*, const int);
+template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float*, const float*,
+                                                                 const int*, const long long);
+template __global__ void ivote_levelset_edt_x<int>(const float*, float*, float*, const int*, const float*,
+                                                   const int*, unsigned int*, const int);
+template __global__ void ivote_levelset_edt_pass<2, 1, true, int>(const float*, const float*, float*, float*,
+    const float*, float*, const int*, const float*, const int*, const unsigned int*, const float, const int);
+template __global__ void ivote_levelset_edt_pass<3, 1, false, long long>(const float*, const float*, float*,
+    float*, const float*, float*, const int*, const float*, const int*, const unsigned int*, const float,
+    const long long);
+template __global__ void ivote_levelset_edt_pass<3, 0, true, long long>(const float*, const float*, float*,
+    float*, const float*, float*, const int*, const float*, const int*, const unsigned int*, const float,
+    const long long);
+template __global__ void ivote_levelset_label_max<int>(const float*, const int*, const int*, unsigned long long*,
+                                                       const int);
+#endif

@@ -1,48 +1,85 @@
-"""GPU iterations: one fused launch of ``ivote_levelset_step`` per iteration for all objects.
+"""GPU side of the evolution: one fused launch of ``ivote_levelset_step`` per iteration
+for all objects, and device kernels for everything between blocks of iterations.
 
 Buffers (phi ping-pong, three image-sized overlap canvases and three per-object
-sum buffers rotating with the iteration) are allocated once; a block of
-iterations (prime + ``block_length`` steps) is captured once as a CUDA graph
-and replayed, so a block costs one graph launch and no host round trip.
+sum buffers rotating with the iteration, the per-box prior ``psi``) are
+allocated once; a block of iterations (prime + ``block_length`` steps) is
+captured once as a CUDA graph and replayed, so a block costs one graph launch
+and no host round trip. Between blocks, the reinitialisation (exact separable
+distance transforms of every box), the prior evaluation (``psi``, once per
+fit) and the final labels (a 64-bit atomicMax per pixel) are kernels of
+``levelset.cu`` too; the NumPy reference computes the same quantities with
+``_segment._reinitialise``, ``_shape_prior.prior_sdf`` and ``_segment._labels``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._backend import get_array_module, get_kernel, to_host
+from .._backend import get_array_module, load_module, to_host
 
 __all__ = ["CudaStepper", "TILES"]
 
-# (TZ, TY, TX) per dimensionality: 256 threads in 2D, 512 in 3D
-TILES = {2: (1, 16, 16), 3: (4, 8, 16)}
+# (TZ, TY, TX) per dimensionality, 256 threads: the fastest of a sweep on an H100 (benchmarks/results/segment.md)
+TILES = {2: (1, 8, 32), 3: (4, 8, 8)}
+_THREADS = 256
 
 
 class CudaStepper:
-    """Advance a :class:`~._segment.Batch` on the GPU, ``run(phi, pose, count)``."""
+    """Advance a :class:`~._segment.Batch` on the GPU: ``prior(pose)`` once per fit, then
+    ``run(phi, count)``; ``reinitialise(phi, clip)`` and ``labels(phi)`` between and after.
 
-    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None):
+    ``kernel`` replaces the step kernel (tests emulate it on the CPU); the other
+    operations then fall back to the array implementations of the NumPy path.
+    """
+
+    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None, tiles=None):
         xp = get_array_module(batch.valid)
         self.xp = xp
+        self.batch = batch
         ndim = len(batch.box_shape)
+        self.ndim = ndim
         n = batch.valid.shape[0]
         box3 = (1,) * (3 - ndim) + tuple(batch.box_shape)
         image3 = (1,) * (3 - ndim) + tuple(batch.image_shape)
-        tz, ty, tx = TILES[ndim]
+        tz, ty, tx = TILES[ndim] if tiles is None else tiles
         tiles = tuple(-(-b // t) for b, t in zip(box3, (tz, ty, tx)))
         self.grid = (n, tiles[0] * tiles[1] * tiles[2], 1)
         self.block = (tx, ty, tz)
-        phi_bytes = n * int(np.prod(box3)) * 4
-        itype = "long long" if max(phi_bytes, batch.image_size * 4) >= 2**31 else "int"
+        self.cells = n * int(np.prod(box3))
+        phi_bytes = self.cells * 4
+        itype = "long long" if max(phi_bytes * 2, batch.image_size * 8) >= 2**31 else "int"
+        self.index = np.int64 if itype == "long long" else np.int32
         name = f"ivote_levelset_step<{ndim}, {tz}, {ty}, {tx}, {itype}>"
-        self.kernel = kernel if kernel is not None else get_kernel("levelset", name, name_expressions=(name,))
         self.kernel_name = name
+        self.emulated = kernel is not None
+        if kernel is None:
+            names = {
+                "step": name,
+                "prior": f"ivote_levelset_prior_eval<{ndim}, {itype}>",
+                "edt_x": f"ivote_levelset_edt_x<{itype}>",
+                "label": f"ivote_levelset_label_max<{itype}>",
+            }
+            if ndim == 3:
+                names["edt_y"] = f"ivote_levelset_edt_pass<3, 1, false, {itype}>"
+                names["edt_final"] = f"ivote_levelset_edt_pass<3, 0, true, {itype}>"
+            else:
+                names["edt_final"] = f"ivote_levelset_edt_pass<2, 1, true, {itype}>"
+            module = load_module("levelset", name_expressions=tuple(names.values()))
+            self.kernels = {key: module.get_function(value) for key, value in names.items()}
+            kernel = self.kernels["step"]
+        self.kernel = kernel
         prior = batch.prior
         h3 = (1.0,) * (3 - ndim) + tuple(batch.spacing)
         w = batch.weights
+        hz, hy, hx = (float(np.float32(h)) for h in h3)
+        eps = float(np.float32(batch.eps))
         self.coef = xp.asarray(np.array(
             [w["lambda1"], w["lambda2"], w["mu"], w["beta"], w["omega"], batch.eps, batch.dt, batch.kappa_max,
-             *h3, prior.extent], dtype=np.float32))
+             *h3, prior.extent,
+             # reciprocals, so that the kernel multiplies instead of dividing by constants
+             1.0 / eps, eps / np.float32(np.pi), 0.5 / hz, 0.5 / hy, 0.5 / hx, 1.0 / hz**2, 1.0 / hy**2, 1.0 / hx**2,
+             0.25 / (hz * hy), 0.25 / (hz * hx), 0.25 / (hy * hx)], dtype=np.float32))
         self.dims = xp.asarray(np.array(
             [*box3, *image3, *tiles, prior.grid_size, prior.n_modes, batch_pose_size(ndim)], dtype=np.int32))
         origins = np.zeros((n, 3), dtype=np.int32)
@@ -52,23 +89,82 @@ class CudaStepper:
         self.image = xp.ascontiguousarray(batch.image, dtype=xp.float32)
         self.region_consts = xp.ascontiguousarray(xp.stack([batch.sum_image, batch.n_valid], axis=1), dtype=xp.float32)
         self.phi = [xp.empty(batch.valid.shape, dtype=xp.float32) for _ in range(2)]
+        self.psi = xp.zeros(batch.valid.shape, dtype=xp.float32)
         self.canvas = [xp.zeros(batch.image_size, dtype=xp.float32) for _ in range(3)]
         self.sums = [xp.zeros((n, 2), dtype=xp.float32) for _ in range(3)]
-        self.pose = xp.zeros((n, batch_pose_size(ndim)), dtype=xp.float32)
         self.block_length = int(block_length)
         self.use_graph = use_graph
         self.graph = None
         self.blocks_run = 0
-        self.cells = n * int(np.prod(box3))
+        self._scratch = None
+        self._any_inside = None
+        self._cells_arg = self.index(self.cells)
+        blocks = -(-self.cells // _THREADS)
+        self._flat_grid = (int(min(blocks, 1 << 20)), 1, 1)
 
+    # -- the shape prior, once per fit -------------------------------------------------------
+    def prior(self, pose):
+        """Evaluate every object's fitted prior on its box into ``self.psi`` (read by the step)."""
+        xp = self.xp
+        pose = xp.ascontiguousarray(pose, dtype=xp.float32)
+        if self.emulated:
+            from ._shape_prior import prior_sdf
+
+            self.psi[...] = prior_sdf(pose, self.batch.box_shape, self.batch.spacing, self.batch.prior, xp)
+            return self.psi
+        self.kernels["prior"](self._flat_grid, (_THREADS, 1, 1),
+                              (self.psi, pose, self.templates, self.coef, self.dims, self._cells_arg))
+        return self.psi
+
+    # -- reinitialisation to a signed distance -----------------------------------------------
+    def reinitialise(self, phi, clip: float):
+        """Exact signed distance to the current fronts (as ``_segment._reinitialise``), no host sync."""
+        xp = self.xp
+        if self.emulated:
+            from ._segment import _reinitialise
+
+            return _reinitialise(phi, self.batch, clip, xp)
+        if self._scratch is None:
+            self._scratch = [xp.empty(phi.shape, dtype=xp.float32) for _ in range(4)]
+            self._any_inside = xp.zeros(1, dtype=xp.uint32)
+        g_in, g_out, h_in, h_out = self._scratch
+        phi = xp.ascontiguousarray(phi, dtype=xp.float32)
+        out = xp.empty_like(phi)
+        self._any_inside.fill(0)
+        grid, block, total = self._flat_grid, (_THREADS, 1, 1), self._cells_arg
+        self.kernels["edt_x"](grid, block, (phi, g_in, g_out, self.origins, self.coef, self.dims,
+                                            self._any_inside, total))
+        clip32 = np.float32(clip)
+        if self.ndim == 3:
+            self.kernels["edt_y"](grid, block, (g_in, g_out, h_in, h_out, phi, out, self.origins, self.coef,
+                                                self.dims, self._any_inside, clip32, total))
+            g_in, g_out = h_in, h_out
+        self.kernels["edt_final"](grid, block, (g_in, g_out, g_in, g_out, phi, out, self.origins, self.coef,
+                                                self.dims, self._any_inside, clip32, total))
+        return out
+
+    # -- final labels ----------------------------------------------------------------------------
+    def labels(self, phi):
+        """Each pixel to the object with the largest positive level set (ties: higher label)."""
+        xp = self.xp
+        if self.emulated:
+            from ._segment import _labels
+
+            return _labels(phi, self.batch, xp)
+        keys = xp.zeros(self.batch.image_size, dtype=xp.uint64)
+        phi = xp.ascontiguousarray(phi, dtype=xp.float32)
+        self.kernels["label"](self._flat_grid, (_THREADS, 1, 1), (phi, self.origins, self.dims, keys, self._cells_arg))
+        return (keys & xp.uint64(0xFFFFFFFF)).astype(xp.int32).reshape(self.batch.image_shape)
+
+    # -- iterations ---------------------------------------------------------------------------
     def _launch(self, k: int, phi_in, phi_out, prime: bool):
         """Launch iteration k (prime: k = 0, copy and accumulate only)."""
         c, s = self.canvas, self.sums
         self.kernel(
             self.grid, self.block,
             (phi_in, phi_out, self.image, c[k % 3], c[(k + 1) % 3], c[(k + 2) % 3],
-             s[k % 3], s[(k + 1) % 3], s[(k + 2) % 3], self.region_consts, self.origins, self.pose,
-             self.templates, self.coef, self.dims, np.int32(1 if prime else 0)),
+             s[k % 3], s[(k + 1) % 3], s[(k + 2) % 3], self.region_consts, self.origins, self.psi,
+             self.coef, self.dims, np.int32(1 if prime else 0)),
         )
 
     def _enqueue(self, count: int):
@@ -89,10 +185,9 @@ class CudaStepper:
             self._launch(k, self.phi[current], self.phi[1 - current], False)
             current = 1 - current
 
-    def run(self, phi, pose, count: int):
-        xp = self.xp
+    def run(self, phi, count: int):
+        """``count`` iterations from ``phi`` with the prior last set by :meth:`prior`."""
         self.phi[0][...] = phi
-        self.pose[...] = pose
         if count == self.block_length and self.use_graph and self.blocks_run > 0:
             if self.graph is None:
                 self.graph = self._capture(count)

@@ -9,11 +9,12 @@ launch per iteration in :mod:`._cuda`).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import ndimage_module, select_xp, to_device
+from .._backend import ndimage_module, select_xp, to_device, to_host
 from .._validate import as_float_image, check_image, check_positive, check_spacing
 from ._shape_prior import ShapePrior, fit_poses, moment_features, train_shape_prior
 
@@ -45,6 +46,42 @@ class Batch:
     kappa_max: float
     dt: float
     prior: ShapePrior
+
+
+PROFILE = None
+"""Set to a list to collect, per call, {phase: (device ms, host ms)} (benchmarks only)."""
+
+
+class _PhaseTimer:
+    """Optional breakdown of a call into phases: CUDA events on the GPU (no sync until the
+    end of the call), wall time on the host. Inactive (free) unless :data:`PROFILE` is a list."""
+
+    def __init__(self, xp):
+        self.active = PROFILE is not None
+        if self.active:
+            self.xp, self.gpu, self.marks = xp, xp is not np, []
+            self.mark("start")
+
+    def mark(self, name):
+        if not self.active:
+            return
+        event = None
+        if self.gpu:
+            event = self.xp.cuda.Event()
+            event.record()
+        self.marks.append((name, event, time.perf_counter()))
+
+    def finish(self):
+        if not self.active:
+            return
+        if self.gpu:
+            self.marks[-1][1].synchronize()
+        phases = {}
+        for (_, e0, t0), (name, e1, t1) in zip(self.marks, self.marks[1:]):
+            device = self.xp.cuda.get_elapsed_time(e0, e1) if self.gpu else 1e3 * (t1 - t0)
+            gpu_ms, host_ms = phases.get(name, (0.0, 0.0))
+            phases[name] = (gpu_ms + device, host_ms + 1e3 * (t1 - t0))
+        PROFILE.append(phases)
 
 
 def _check_seeds(seeds, shape) -> np.ndarray:
@@ -254,21 +291,39 @@ def _labels(phi, batch, xp):
     return labels.reshape(batch.image_shape)
 
 
+def _object_membership(labels, batch, xp):
+    """(N, *box) bool: the box cell lies in the image and its pixel carries the box's label.
+
+    Object k's pixels all lie in box k, so per-object counts and sums reduce over the boxes
+    (no image-wide bincount, whose background bin is one hot atomic on the GPU)."""
+    n = batch.valid.shape[0]
+    own = labels.ravel()[batch.global_index]
+    return (own == xp.arange(1, n + 1, dtype=own.dtype).reshape((n,) + (1,) * (own.ndim - 1))) & batch.valid
+
+
+def _object_sizes(labels, batch, xp):
+    """(N + 1,) host int64: pixels of each label (index 0 unused)."""
+    n = batch.valid.shape[0]
+    counts = _object_membership(labels, batch, xp).reshape(n, -1).sum(axis=1)
+    return np.concatenate([[0], to_host(counts).astype(np.int64)])
+
+
 def _drop_faint(labels, phi, batch, min_contrast, xp):
     """Remove objects whose mean (normalised) intensity exceeds that of the rest of
-    their box by less than ``min_contrast``: seeds on background or debris."""
+    their box by less than ``min_contrast``: seeds on background or debris.
+
+    Returns the labels and the (N + 1,) host sizes of the objects kept (0 for removed ones)."""
     n = phi.shape[0]
-    flat = labels.ravel()
-    counts = xp.bincount(flat, minlength=n + 1)[1:].astype(xp.float64)
-    sums = xp.bincount(flat, weights=batch.image.astype(xp.float64), minlength=n + 1)[1:]
+    mine = _object_membership(labels, batch, xp)
+    counts = mine.reshape(n, -1).sum(axis=1).astype(xp.float64)
+    sums = xp.where(mine, batch.image_box, np.float32(0)).astype(xp.float64).reshape(n, -1).sum(axis=1)
     mean_in = sums / xp.maximum(counts, 1)
-    own = batch.valid & (batch.global_index >= 0)
-    mine = flat[batch.global_index] == xp.arange(1, n + 1).reshape((n,) + (1,) * (phi.ndim - 1))
-    rest = own & ~mine
+    rest = batch.valid & ~mine
     mean_out = (batch.image_box * rest).reshape(n, -1).sum(axis=1) / xp.maximum(rest.reshape(n, -1).sum(axis=1), 1)
     faint = (counts == 0) | (mean_in - mean_out < min_contrast)
     keep = xp.concatenate([xp.zeros(1, dtype=bool), ~faint])
-    return xp.where(keep[labels], labels, 0).astype(xp.int32)
+    sizes = xp.concatenate([xp.zeros(1, dtype=xp.float64), xp.where(faint, 0.0, counts)])
+    return xp.where(keep[labels], labels, 0).astype(xp.int32), to_host(sizes).astype(np.int64)
 
 
 def segment_nuclei(
@@ -402,6 +457,7 @@ def segment_nuclei(
     xp = select_xp(backend, image)
     if len(seeds) == 0:
         return xp.zeros(image.shape, dtype=xp.int32)
+    timer = _PhaseTimer(xp)
 
     image = to_device(as_float_image(image), xp)
     h_min = min(spacing)
@@ -417,42 +473,73 @@ def segment_nuclei(
         from ._reference import step
         from ._shape_prior import prior_sdf
 
-        def advance(phi, pose, count):
-            psi = prior_sdf(pose, batch.box_shape, batch.spacing, batch.prior, np)
+        def set_prior(pose):
+            return prior_sdf(pose, batch.box_shape, batch.spacing, batch.prior, np)
+
+        def advance(phi, psi, count):
             for _ in range(count):
-                phi = step(phi, batch, pose, psi)
+                phi = step(phi, batch, None, psi)
             return phi
+
+        def reinitialise(phi):
+            return _reinitialise(phi, batch, clip, xp)
+
+        def final_labels(phi):
+            return _labels(phi, batch, xp)
     else:
         from ._cuda import CudaStepper
 
         stepper = CudaStepper(batch, block_length=reinit_every, use_graph=use_graph)
-        advance = stepper.run
+        set_prior = stepper.prior
 
+        def advance(phi, psi, count):
+            return stepper.run(phi, count)
+
+        def reinitialise(phi):
+            return stepper.reinitialise(phi, clip)
+
+        final_labels = stepper.labels
+    timer.mark("set-up")
+
+    # the convergence count needs the host (one small read per block): only when it is used
+    check = tol > 0 or iter_callback is not None
     done = 0
-    previous = (phi > 0) & batch.valid
+    previous = (phi > 0) & batch.valid if check else None
     while done < iterations:
         count = min(reinit_every, iterations - done)
         if done > 0:
-            phi = _reinitialise(phi, batch, clip, xp)
+            phi = reinitialise(phi)
+            timer.mark("reinitialise")
         pose = fit_poses((phi > 0) & batch.valid, features, batch.spacing, batch.prior, xp)
-        phi = advance(phi, pose, count)
+        psi = set_prior(pose)
+        timer.mark("fit + prior")
+        phi = advance(phi, psi, count)
         done += count
-        inside = (phi > 0) & batch.valid
-        changed = int((inside != previous).sum())
-        fraction = changed / max(int(inside.sum()), 1)
-        previous = inside
-        if iter_callback is not None:
-            iter_callback(done, fraction)
-        if fraction < tol:
-            break
-    labels = _labels(phi, batch, xp)
+        timer.mark("iterations")
+        if check:
+            inside = (phi > 0) & batch.valid
+            counts = to_host(xp.stack([(inside != previous).sum(), inside.sum()]))
+            fraction = int(counts[0]) / max(int(counts[1]), 1)
+            previous = inside
+            timer.mark("convergence check")
+            if iter_callback is not None:
+                iter_callback(done, fraction)
+            if fraction < tol:
+                break
+    labels = final_labels(phi)
+    timer.mark("labels")
+    sizes = None
     if min_contrast > 0:
-        labels = _drop_faint(labels, phi, batch, min_contrast, xp)
+        labels, sizes = _drop_faint(labels, phi, batch, min_contrast, xp)
+        timer.mark("drop faint")
     if merge_solidity > 0:
-        from .._backend import to_host
         from ._merge import max_volume_pixels, merge_split_objects
 
-        merged = merge_split_objects(
-            to_host(labels), max_volume=max_volume_pixels(radius, spacing), min_solidity=merge_solidity)
-        labels = to_device(merged, xp) if xp is not np else merged
+        if sizes is None:
+            sizes = _object_sizes(labels, batch, xp)
+        origins = to_host(batch.origins)
+        labels = merge_split_objects(labels, max_volume=max_volume_pixels(radius, spacing),
+                                     min_solidity=merge_solidity, boxes=(origins, batch.box_shape), sizes=sizes)
+        timer.mark("merge")
+    timer.finish()
     return labels
