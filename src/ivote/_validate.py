@@ -79,10 +79,10 @@ def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False, fi
     return image
 
 
-def check_finite_range(low: float, high: float, *, name: str = "image") -> None:
+def check_finite_range(extremes, *, name: str = "image") -> None:
     """Raise the NaN/Inf error of :func:`check_image` unless the min and max
-    of an image (NaN propagates through both) are finite."""
-    if not (math.isfinite(low) and math.isfinite(high)):
+    of an image (NaN propagates through both) are all finite."""
+    if not all(math.isfinite(float(v)) for v in extremes):
         raise ValueError(f"{name} contains NaN or infinite values; replace them first (e.g. numpy.nan_to_num)")
 
 

@@ -217,6 +217,7 @@ def test_bad_arguments(kwargs, message):
         (np.array([[0.0, np.inf], [1.0, 2.0]]), "NaN or infinite"),
         (np.where(np.eye(8)[..., None] > 0, np.nan, 0.5) * np.ones(3), "NaN"),  # RGB
         (np.full((6, 6, 6), -np.inf), "NaN or infinite"),
+        (np.where(np.eye(8)[..., None] > 0, -np.inf, 0.5) * np.ones(3), "NaN or infinite"),  # RGB, clipped by H&E
         (np.zeros(8), "image must be 2D or 3D"),
         (np.zeros((8, 8), dtype=complex), "real-valued"),
     ],
@@ -224,6 +225,13 @@ def test_bad_arguments(kwargs, message):
 def test_bad_images(image, message):
     with pytest.raises((ValueError, TypeError), match=message):
         detect(image, radius=2)
+
+
+def test_rgb_nan_in_an_unused_channel():
+    rgb = np.random.default_rng(0).random((16, 16, 3))
+    rgb[3, 3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        detect(rgb, radius=3, channel=0)
 
 
 def test_rgb_channel_out_of_range():

@@ -72,3 +72,34 @@ def test_pack_round_trip():
     assert np.array_equal(unpack_offsets(pack_offsets(offsets3), 3), offsets3)
     with pytest.raises(ValueError, match="radius must be at most 511"):
         pack_offsets(np.array([[0, 0, 600]]))
+
+
+@pytest.mark.parametrize("ndim, spacing", [(2, (1.3, 1.3)), (3, (1.0, 1.3, 1.3)), (3, (2.6, 1.3, 1.3))])
+def test_tiled_boxes_hold_every_offset(ndim, spacing):
+    """radius / spacing just under 7 in float64, while offsets of 7 pass the float32 disc test:
+    the tiled kernels' box must come from the offsets, not from floor(radius / spacing)."""
+    from ivote.detect._cuda import _tiled_box
+
+    plan = make_plan(9.1, spacing, ndim)
+    assert np.abs(plan.offsets[:, -1]).max() == 7 == plan.window[-1]  # the case that broke the box
+    tiled = 0
+    for table in cone_tables(plan, np):
+        halo = _tiled_box(plan, table, "int", max_bytes=1 << 20)
+        if halo is None:
+            continue
+        tiled += 1
+        reach = np.abs(unpack_offsets(table.entries, ndim)).max(axis=0)
+        assert np.all(reach <= np.asarray(halo[3 - ndim:]))
+    assert tiled >= 1
+
+
+def test_offsets_beyond_the_packing_are_refused_before_any_work():
+    from ivote.detect._cone_tables import check_packable
+
+    with pytest.raises(ValueError, match="radius must be at most 32767"):
+        check_packable(make_plan(4.0, (1.0, 1e-4), 2))
+    with pytest.raises(ValueError, match="radius must be at most 511"):
+        check_packable(make_plan(52.0, (1.0, 0.1, 0.1), 3))
+    with pytest.raises(ValueError, match="32767"):
+        pack_offsets(np.array([[0, 40000]]))
+    check_packable(make_plan(9.1, (1.3, 1.3), 2))  # ordinary radii pass

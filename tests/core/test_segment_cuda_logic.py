@@ -55,3 +55,11 @@ def test_buffer_rotation_matches_reference(monkeypatch, iterations, block):
     monkeypatch.setattr(_segment, "to_device", lambda array, xp: np.asarray(array))
     got = _segment.segment_nuclei(image, centers, **kwargs)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("n_tiles", [1, 7, 65535, 65536, 200_001])
+def test_step_grid_covers_every_tile_within_cuda_limits(n_tiles):
+    """Large boxes have more tiles than gridDim.y allows (65535): y and z share them."""
+    objects, grid_y, grid_z = _cuda.step_grid(3, n_tiles)
+    assert objects == 3 and 1 <= grid_y <= 65535 and 1 <= grid_z <= 65535
+    assert grid_y * grid_z >= n_tiles > grid_y * (grid_z - 1)  # every tile, no block row wasted

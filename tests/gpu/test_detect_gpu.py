@@ -18,6 +18,9 @@ CASES = {
     "2d_dark": dict(shape=(192, 160), spacing=(0.4, 0.4), radius=3.2, seed=22, polarity="dark"),
     "3d": dict(shape=(24, 64, 64), spacing=(2.0, 0.5, 0.5), radius=5.0, seed=23),
     "3d_iso": dict(shape=(40, 48, 56), spacing=None, radius=6.0, seed=24),
+    # radius / spacing just under 7 in float64 while offsets of 7 pass the float32 disc test
+    "2d_edge": dict(shape=(112, 96), spacing=(1.3, 1.3), radius=9.1, seed=25),
+    "3d_edge": dict(shape=(20, 56, 64), spacing=(2.6, 1.3, 1.3), radius=9.1, seed=26),
 }
 
 

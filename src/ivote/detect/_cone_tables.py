@@ -28,7 +28,10 @@ import numpy as np
 
 from ._plan import VotingPlan
 
-__all__ = ["ConeTable", "cone_tables", "direction_bins", "pack_offsets", "unpack_offsets"]
+__all__ = ["ConeTable", "check_packable", "cone_tables", "direction_bins", "pack_offsets", "unpack_offsets"]
+
+_PACK_LIMIT = {2: 32767, 3: 511}
+"""Largest |offset| per axis that an int32 entry holds (two int16 in 2D, three 10-bit fields in 3D)."""
 
 MARGIN = 1e-3
 """Extra angle (radians) for float32 rounding of directions, bins and cone tests."""
@@ -54,16 +57,29 @@ class ConeTable:
         return len(self.starts) - 1
 
 
+def check_packable(plan: VotingPlan) -> None:
+    """Raise (naming the radius) if the plan's offsets do not fit the packed entries."""
+    limit = _PACK_LIMIT[plan.ndim]
+    largest = int(np.abs(plan.offsets).max(initial=0))
+    if largest > limit:
+        raise ValueError(
+            f"radius must be at most {limit} pixels along each axis (radius / spacing) for {plan.ndim}D voting "
+            f"on the GPU; radius {plan.radius:g} with spacing {plan.spacing} reaches {largest} (use backend='numpy')"
+        )
+
+
 def pack_offsets(offsets: np.ndarray) -> np.ndarray:
     """(K, ndim) int offsets -> (K,) int32 packed as the kernels decode them."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    if offsets.shape[1] == 2:
+    ndim = offsets.shape[1]
+    if np.abs(offsets).max(initial=0) > _PACK_LIMIT[ndim]:
+        raise ValueError(
+            f"radius must be at most {_PACK_LIMIT[ndim]} pixels along each axis (radius / spacing) for {ndim}D "
+            "voting on the GPU"
+        )
+    if ndim == 2:
         packed = ((offsets[:, 0] & 0xFFFF) << 16) | (offsets[:, 1] & 0xFFFF)
     else:
-        if np.abs(offsets).max(initial=0) > 511:
-            raise ValueError(
-                "radius must be at most 511 voxels along each axis (radius / spacing) for 3D voting on the GPU"
-            )
         packed = ((offsets[:, 0] + 512) << 20) | ((offsets[:, 1] + 512) << 10) | (offsets[:, 2] + 512)
     return packed.astype(np.uint32).view(np.int32)
 
@@ -151,8 +167,11 @@ def _table(plan: VotingPlan, cos_half, xp) -> ConeTable:
         counts.append(keep.sum(axis=1))
         rows, columns = xp.nonzero(keep)  # row-major: by bin, then offset (lexicographic)
         parts.append(packed_d[columns])
+    totals = xp.cumsum(xp.concatenate(counts))
+    if n_bins and int(totals[-1]) >= 2**31:
+        raise ValueError(f"radius {plan.radius:g} is too large for the GPU cone tables (over 2**31 entries)")
     starts = xp.zeros(n_bins + 1, dtype=np.int32)
-    starts[1:] = xp.cumsum(xp.concatenate(counts))
+    starts[1:] = totals
     entries = xp.concatenate(parts).astype(np.int32) if parts else xp.zeros(0, np.int32)
     return ConeTable(cells=cells, starts=starts, entries=entries)
 

@@ -9,12 +9,13 @@ before the passes); the pass loop then only queues kernels.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, to_host
-from ._cone_tables import cone_tables, pack_offsets
+from ._cone_tables import check_packable, cone_tables, pack_offsets
 from ._plan import VotingPlan, make_plan
 
 __all__ = ["run_passes", "sorted_close_pairs"]
@@ -54,43 +55,62 @@ def _load_functions(ndim: int, index: str):
     return {name.split("<")[0]: module.get_function(name) for name in names}
 
 
-_tables: OrderedDict = OrderedDict()
+_CACHE_BYTES = 256 * 2**20  # cone tables and disc offsets kept on the GPU, least recently used first out
+_cache: OrderedDict = OrderedDict()
+_cache_lock = threading.Lock()  # napari runs detections in worker threads
+
+
+def _memoized(key, build):
+    """``build()`` memoized under ``key`` (the GPU's id included), within _CACHE_BYTES."""
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key][0]
+    value = build()
+    size = sum(t.starts.nbytes + t.entries.nbytes for t in value) if isinstance(value, tuple) else value.nbytes
+    with _cache_lock:
+        _cache[key] = (value, size)
+        _cache.move_to_end(key)
+        while len(_cache) > 1 and sum(entry[1] for entry in _cache.values()) > _CACHE_BYTES:
+            _cache.popitem(last=False)
+    return value
 
 
 def _cone_tables(plan: VotingPlan, xp):
-    """The plan's cone tables on the current GPU, memoized (a few plans)."""
-    key = (plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
-    if key not in _tables:
-        _tables[key] = cone_tables(plan, xp)
-        while len(_tables) > 8:
-            _tables.popitem(last=False)
-    _tables.move_to_end(key)
-    return _tables[key]
+    """The plan's cone tables on the current GPU (memoized)."""
+    key = ("tables", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
+    return _memoized(key, lambda: cone_tables(plan, xp))
 
 
 def _ball(plan: VotingPlan, xp):
     """The voting disc/ball's offsets, packed, on the current GPU (memoized)."""
     key = ("ball", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
-    if key not in _tables:
-        _tables[key] = xp.asarray(pack_offsets(plan.offsets))
-    return _tables[key]
+    return _memoized(key, lambda: xp.asarray(pack_offsets(plan.offsets)))
 
 
-def _tiled_box(plan: VotingPlan, table, index: str) -> tuple | None:
+def _tiled_box(plan: VotingPlan, table, index: str, max_bytes: int = _TILED_MAX_BYTES) -> tuple | None:
     """The half-width (z, y, x) of a tile's box if this pass runs tiled, else None.
 
     Tiles pay when the cones are wide: a voter then adds to hundreds of cells,
     against (box cells / tile cells) global atomics per pixel for the flush.
+    The box must fit in ``max_bytes`` of shared memory.
     """
     if index != "int" or table.n_bins == 0:
         return None
-    halo = (0,) * (3 - plan.ndim) + tuple(w - 1 for w in plan.window)  # |offset| <= floor(r / s) = window - 1
+    # the largest offset per axis: not floor(r / s), since the disc test is float32
+    halo = (0,) * (3 - plan.ndim) + tuple(int(h) for h in np.abs(plan.offsets).max(axis=0))
     tile = _TILE[plan.ndim]
     box = math.prod(t + 2 * h for t, h in zip(tile, halo))
     cone = len(table.entries) / table.n_bins  # offsets a voter tests (a small superset of its cone)
-    if 4 * box > _TILED_MAX_BYTES or cone < _TILED_GAIN * box / math.prod(tile):
+    if 4 * box > max_bytes or cone < _TILED_GAIN * box / math.prod(tile):
         return None
     return halo
+
+
+def _shared_memory_limit(xp) -> int:
+    """Dynamic shared memory a tiled block may use on this GPU (opt-in maximum, capped)."""
+    attributes = xp.cuda.Device().attributes
+    return min(_TILED_MAX_BYTES, int(attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)))
 
 
 def _launch_tiled(kernel, shape, ndim: int, halo, args):
@@ -120,6 +140,7 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
     del smoothed
     xp = get_array_module(holder[0])
     index = "int" if holder[0].size < 2**31 else "long long"
+    check_packable(plan)  # before any work
     _check_kernels(xp, plan.ndim, index)
     return _run_passes(holder, plan, sign, iter_callback, index)
 
@@ -143,8 +164,9 @@ def _check_kernels(xp, ndim: int, index: str) -> None:
         np.exp(-sum((c - m) ** 2 for c, m in zip(coords, centre)) / 18.0) for centre in (centre_a, centre_b)
     )
     image /= image.max()
-    spacing = (1.0,) * ndim if ndim == 2 else (2.0, 1.0, 1.0)
-    plan = make_plan(5.0, spacing, ndim)
+    # radius / spacing just under 7 (float64) while offsets of 7 pass the float32 disc test
+    spacing = (1.3,) * ndim if ndim == 2 else (2.6, 1.3, 1.3)
+    plan = make_plan(9.1, spacing, ndim)
     expected = reference_passes(image, plan, 1.0)
     got = to_host(_run_passes([xp.asarray(image)], plan, 1.0, None, index))
     if not np.array_equal(got, expected):
@@ -195,7 +217,8 @@ def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, inde
     del smoothed
 
     tables = _cone_tables(plan, xp)
-    tiled = [_tiled_box(plan, table, index) for table in tables]
+    limit = _shared_memory_limit(xp)
+    tiled = [_tiled_box(plan, table, index, limit) for table in tables]
     if n_voters and any(h is not None for h in tiled):  # pixel -> voter, for the tiled kernels
         voter_of = xp.full(size, -1, dtype=np.int32)
         voter_of[voters] = xp.arange(n_voters, dtype=np.int32)

@@ -272,8 +272,12 @@ def iterative_voting(
 
     # float64 up to the quantised weights: both backends then round alike (see _plan.py)
     smoothed = signal.astype(np.float64, order="C", copy=True)
-    low, high = (float(v) for v in to_host(xp.stack([smoothed.min(), smoothed.max()])))  # one sync
-    check_finite_range(low, high, name="features" if features is not None else "image")
+    extremes = [smoothed.min(), smoothed.max()]
+    if features is None and from_rgb and image.dtype.kind == "f":  # every channel, not just the signal
+        extremes += [image.min().astype(np.float64), image.max().astype(np.float64)]
+    extremes = [float(v) for v in to_host(xp.stack(extremes))]  # one sync
+    check_finite_range(extremes, name="features" if features is not None else "image")
+    low, high = extremes[:2]
     name = "numpy" if xp is np else "cupy"
     if high > low:
         smoothed -= low

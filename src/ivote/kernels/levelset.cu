@@ -110,7 +110,8 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
     const int bz = dims[0], by = dims[1], bx = dims[2];
     const int iz = dims[3], iy = dims[4], ix = dims[5];
     const int tiles_y = dims[7], tiles_x = dims[8];
-    const int t = blockIdx.y;
+    const int t = blockIdx.y + gridDim.y * blockIdx.z;  // y: at most 65535 blocks, z carries the rest
+    if (t >= dims[6] * tiles_y * tiles_x) return;         // whole block: before any __syncthreads
     const int x0 = (t % tiles_x) * TX;
     const int y0 = ((t / tiles_x) % tiles_y) * TY;
     const int z0 = (t / (tiles_x * tiles_y)) * TZ;

@@ -44,7 +44,7 @@ class CudaStepper:
         image3 = (1,) * (3 - ndim) + tuple(batch.image_shape)
         tz, ty, tx = TILES[ndim] if tiles is None else tiles
         tiles = tuple(-(-b // t) for b, t in zip(box3, (tz, ty, tx)))
-        self.grid = (n, tiles[0] * tiles[1] * tiles[2], 1)
+        self.grid = step_grid(n, tiles[0] * tiles[1] * tiles[2])
         self.block = (tx, ty, tz)
         self.cells = n * int(np.prod(box3))
         phi_bytes = self.cells * 4
@@ -215,6 +215,13 @@ class CudaStepper:
         except Exception:  # capture unsupported here: launch one by one
             self.use_graph = False
             return None
+
+
+def step_grid(n_objects: int, n_tiles: int) -> tuple:
+    """Launch grid of the fused step: objects on x, the box's tiles on y and z
+    (gridDim.y is at most 65535; the kernel reads t = y + gridDim.y * z and the
+    blocks past the last tile return)."""
+    return (n_objects, min(n_tiles, 65535), -(-n_tiles // 65535))
 
 
 def batch_pose_size(ndim: int) -> int:
