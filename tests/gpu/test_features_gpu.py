@@ -98,7 +98,8 @@ def test_fft_shape_is_timed_among_candidates():
 
     cp = _backend.default_xp()
     shape = fastest_fft_shape((132, 66, 132), 8, np.float32, cp)
-    assert shape[0] in fft_size_candidates(132) and shape[1] == 72 and shape[2] in fft_size_candidates(132)
+    assert shape[0] in fft_size_candidates(132) and shape[1] in fft_size_candidates(66)
+    assert shape[2] in fft_size_candidates(132)
     assert fastest_fft_shape((132, 66, 132), 8, np.float32, cp) == shape  # memoized
 
 

@@ -53,17 +53,21 @@ def _smallest_multiple(n: int, primes: tuple) -> int:
 
 def fft_size_candidates(n: int) -> tuple[int, ...]:
     """FFT lengths worth timing for a minimum length ``n``: the smallest 5-smooth
-    length, the smallest ``2**a 3**b`` length, and a power of two within 15%.
+    length, the smallest 7-smooth one (cuFFT has radix-7 kernels; 140 instead of
+    144 is 9% fewer elements in 3D), the smallest ``2**a 3**b`` length, and a
+    power of two within 15%.
 
     Examples
     --------
     >>> fft_size_candidates(132)
     (135, 144)
+    >>> fft_size_candidates(136)
+    (140, 144)
     >>> fft_size_candidates(66)
-    (72,)
+    (70, 72)
     """
     n = int(n)
-    candidates = {fft_size(n), _smallest_multiple(n, (2, 3))}
+    candidates = {fft_size(n), _smallest_multiple(n, (2, 3, 5, 7)), _smallest_multiple(n, (2, 3))}
     power2 = 2 ** math.ceil(math.log2(n))
     if power2 <= 1.15 * n:
         candidates.add(power2)
