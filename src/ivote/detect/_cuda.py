@@ -108,9 +108,15 @@ def _tiled_box(plan: VotingPlan, table, index: str, max_bytes: int = _TILED_MAX_
 
 
 def _shared_memory_limit(xp) -> int:
-    """Dynamic shared memory a tiled block may use on this GPU (opt-in maximum, capped)."""
-    attributes = xp.cuda.Device().attributes
-    return min(_TILED_MAX_BYTES, int(attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)))
+    """Dynamic shared memory a tiled block may use on this GPU (opt-in maximum, capped; memoized)."""
+    device = xp.cuda.Device().id
+    if device not in _shared_limits:
+        attributes = xp.cuda.Device(device).attributes  # queries every attribute: once per GPU
+        _shared_limits[device] = min(_TILED_MAX_BYTES, int(attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)))
+    return _shared_limits[device]
+
+
+_shared_limits: dict = {}
 
 
 def _launch_tiled(kernel, shape, ndim: int, halo, args):

@@ -9,6 +9,7 @@ are integers. The two paths therefore agree exactly, not approximately.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -74,6 +75,13 @@ def _sum_in_order(terms):
 
 
 def make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
+    """The plan for a radius, spacing and number of axes (memoized: a radius slider
+    asks for the same few plans again and again; the arrays are read-only)."""
+    return _make_plan(float(radius), tuple(float(s) for s in spacing), int(ndim))
+
+
+@functools.lru_cache(maxsize=16)
+def _make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
     spacing32 = np.asarray(spacing, dtype=np.float32)
     radius32 = np.float32(radius)
     radius_sq32 = radius32 * radius32
@@ -102,6 +110,8 @@ def make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
         )
     min_weight = max(1, int(math.ceil(VOTER_FLOOR * weight_scale)))
     half_width = tuple(int(math.floor(radius / (math.sqrt(ndim) * s))) for s in spacing)
+    for array in (spacing32, offsets, physical, norms, directions):
+        array.flags.writeable = False  # shared by every caller of the memoized plan
     return VotingPlan(
         ndim=ndim,
         radius=float(radius),
