@@ -164,6 +164,47 @@ __device__ __forceinline__ IvoteTableCone ivote_table_cone(Index t, const short*
     return c;
 }
 
+// ivote_in_cone: whether offset (dz, dy, dx) of voter c passes the exact
+// float32 cone test; o receives the physical offset (oz, oy, ox) and its
+// squared length. Same operations, same order, as _reference._in_cone.
+__device__ __forceinline__ bool ivote_in_cone(const IvoteTableCone& c, int dz, int dy, int dx, float sz, float sy,
+                                              float sx, float cos_half, float o[4])
+{
+    o[0] = (float)dz * sz;
+    o[1] = (float)dy * sy;
+    o[2] = (float)dx * sx;
+    o[3] = (o[0] * o[0] + o[1] * o[1]) + o[2] * o[2];
+    const float dot = (o[0] * c.az + o[1] * c.ay) + o[2] * c.ax;
+    return dot >= (cos_half * sqrtf(o[3])) * c.norm_a;
+}
+
+// The turn step's running maximum: the largest vote seen in the cone and the
+// offset where it is (the first such offset: later ties do not replace it).
+struct IvoteBest {
+    unsigned int vote;
+    float o[4];
+};
+
+__device__ __forceinline__ void ivote_keep_best(IvoteBest* best, unsigned int v, const float o[4])
+{
+    if (v > best->vote) {
+        best->vote = v;
+        for (int i = 0; i < 4; ++i) best->o[i] = o[i];
+    }
+}
+
+// ivote_turn_to: point voter j at its best offset (scaled to 32767); unchanged
+// when its cone held no vote.
+template <int NDIM>
+__device__ __forceinline__ void ivote_turn_to(short* directions, long long j, const IvoteBest& best)
+{
+    if (best.vote == 0) return;
+    const float norm = sqrtf(best.o[3]);
+    if (NDIM == 3) directions[j * NDIM] = (short)rintf((best.o[0] / norm) * 32767.0f);
+    directions[j * NDIM + NDIM - 2] = (short)rintf((best.o[1] / norm) * 32767.0f);
+    directions[j * NDIM + NDIM - 1] = (short)rintf((best.o[2] / norm) * 32767.0f);
+}
+
 // ivote_vote_table<NDIM, Index>: scatter. Voter j adds weights[j] to every
 // pixel of its cone (exact test above) among its bin's offsets. votes must be
 // zeroed first.
@@ -184,10 +225,8 @@ __global__ void ivote_vote_table(const Index* __restrict__ voters, const unsigne
         const int pz = c.z + dz, py = c.y + dy, px = c.x + dx;
         if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
         if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
-        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
-        const float d2 = (oz * oz + oy * oy) + ox * ox;
-        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) atomicAdd(votes + ((Index)pz * Y + py) * X + px, w);
+        float o[4];
+        if (ivote_in_cone(c, dz, dy, dx, sz, sy, sx, cos_half, o)) atomicAdd(votes + ((Index)pz * Y + py) * X + px, w);
     }
 }
 
@@ -204,34 +243,19 @@ __global__ void ivote_turn_table(const Index* __restrict__ voters, short* __rest
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_voters) return;
     const IvoteTableCone c = ivote_table_cone<NDIM, Index>(voters[j], directions, j, Y, X, cells, starts);
-    unsigned int best = 0;
-    float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
+    IvoteBest best = {0u, {0.0f, 0.0f, 0.0f, 0.0f}};
     for (int e = c.first; e < c.last; ++e) {
         int dz, dy, dx;
         ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
         const int pz = c.z + dz, py = c.y + dy, px = c.x + dx;
         if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
         if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
-        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
-        const float d2 = (oz * oz + oy * oy) + ox * ox;
-        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
-            const unsigned int v = __ldg(votes + ((Index)pz * Y + py) * X + px);
-            if (v > best) {
-                best = v;
-                best_oz = oz;
-                best_oy = oy;
-                best_ox = ox;
-                best_d2 = d2;
-            }
+        float o[4];
+        if (ivote_in_cone(c, dz, dy, dx, sz, sy, sx, cos_half, o)) {
+            ivote_keep_best(&best, __ldg(votes + ((Index)pz * Y + py) * X + px), o);
         }
     }
-    if (best > 0) {
-        const float norm = sqrtf(best_d2);
-        if (NDIM == 3) directions[j * NDIM] = (short)rintf((best_oz / norm) * 32767.0f);
-        directions[j * NDIM + NDIM - 2] = (short)rintf((best_oy / norm) * 32767.0f);
-        directions[j * NDIM + NDIM - 1] = (short)rintf((best_ox / norm) * 32767.0f);
-    }
+    ivote_turn_to<NDIM>(directions, j, best);
 }
 
 // Tiled passes for wide cones. One block per TZ x TY x TX tile of pixels, a
@@ -291,10 +315,8 @@ __global__ void ivote_vote_tiled(const int* __restrict__ voter_of, const unsigne
             const int pz = z + dz, py = y + dy, px = x + dx;
             if ((unsigned int)px >= (unsigned int)X || (unsigned int)py >= (unsigned int)Y) continue;
             if (NDIM == 3 && (unsigned int)pz >= (unsigned int)Z) continue;
-            const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
-            const float d2 = (oz * oz + oy * oy) + ox * ox;
-            const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-            if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
+            float o[4];
+            if (ivote_in_cone(c, dz, dy, dx, sz, sy, sx, cos_half, o)) {
                 atomicAdd(ivote_box + ((t.lz + wz + dz) * t.by + (t.ly + wy + dy)) * t.bx + (t.lx + wx + dx), w);
             }
         }
@@ -331,31 +353,16 @@ __global__ void ivote_turn_tiled(const int* __restrict__ voter_of, short* __rest
     const int j = (z < Z && y < Y && x < X) ? voter_of[(z * Y + y) * X + x] : -1;
     if (j < 0) return;
     const IvoteTableCone c = ivote_table_cone<NDIM, int>((z * Y + y) * X + x, directions, j, Y, X, cells, starts);
-    unsigned int best = 0;
-    float best_oz = 0.0f, best_oy = 0.0f, best_ox = 0.0f, best_d2 = 0.0f;
+    IvoteBest best = {0u, {0.0f, 0.0f, 0.0f, 0.0f}};
     for (int e = c.first; e < c.last; ++e) {
         int dz, dy, dx;
         ivote_unpack<NDIM>(__ldg(entries + e), &dz, &dy, &dx);
-        const float oz = (float)dz * sz, oy = (float)dy * sy, ox = (float)dx * sx;
-        const float d2 = (oz * oz + oy * oy) + ox * ox;
-        const float dot = (oz * c.az + oy * c.ay) + ox * c.ax;
-        if (dot >= (cos_half * sqrtf(d2)) * c.norm_a) {
-            const unsigned int v = ivote_box[((t.lz + wz + dz) * t.by + (t.ly + wy + dy)) * t.bx + (t.lx + wx + dx)];
-            if (v > best) {
-                best = v;
-                best_oz = oz;
-                best_oy = oy;
-                best_ox = ox;
-                best_d2 = d2;
-            }
+        float o[4];
+        if (ivote_in_cone(c, dz, dy, dx, sz, sy, sx, cos_half, o)) {
+            ivote_keep_best(&best, ivote_box[((t.lz + wz + dz) * t.by + (t.ly + wy + dy)) * t.bx + (t.lx + wx + dx)], o);
         }
     }
-    if (best > 0) {
-        const float norm = sqrtf(best_d2);
-        if (NDIM == 3) directions[j * NDIM] = (short)rintf((best_oz / norm) * 32767.0f);
-        directions[j * NDIM + NDIM - 2] = (short)rintf((best_oy / norm) * 32767.0f);
-        directions[j * NDIM + NDIM - 1] = (short)rintf((best_ox / norm) * 32767.0f);
-    }
+    ivote_turn_to<NDIM>(directions, j, best);
 }
 
 // ivote_close_pairs<NDIM>: for the local maxima (flat indices, best first),
