@@ -286,7 +286,7 @@ def iterative_voting(
             sigma = tuple(blur / s for s in spacing)
             smoothed = ndimage_module(xp).gaussian_filter(smoothed, sigma=sigma, mode="reflect")
         if xp is np:
-            from ._reference import run_passes
+            from ._cpu import run_passes  # equal to _reference.run_passes, over the cone tables
         else:
             from ._cuda import run_passes
         holder = [smoothed]  # run_passes takes the only reference and frees it early
