@@ -67,7 +67,6 @@ def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callbac
     voters, weights, directions = prepare_voters(smoothed, plan, sign)
     frame = _Voters(voters, smoothed.shape, plan)
     tables = _tables(plan.radius, plan.spacing, plan.ndim)
-    votes = np.zeros(frame.size, dtype=np.int64)
     for index, ((cells, starts, entry_k), cos_half) in enumerate(zip(tables, plan.cos_half32)):
         direction, norm = _as_float32_axes(directions)
 
@@ -92,16 +91,14 @@ def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callbac
         inside = np.zeros(frame.padded_shape, dtype=np.int64)  # votes outside the image are dropped
         inside[frame.inside] = votes.reshape(frame.padded_shape)[frame.inside]
         votes = inside.ravel()
-        if index < plan.n_passes - 1:
-            turned = directions.copy()
+        if index < plan.n_passes - 1:  # in place: the tests read the float32 copy taken above
             for group, b in groups:
                 ks = entry_k[starts[b]:starts[b + 1]]
                 hit = _hits(plan, ks, direction, norm, group, cos_half)
                 values = np.where(hit, votes[frame.flat[group][:, None] + frame.steps[ks][None, :]], 0)
                 best = np.argmax(values, axis=1)  # first of equal maxima: lexicographic order
                 moved = values[np.arange(len(group)), best] > 0
-                turned[group[moved]] = plan.offset_directions[ks[best[moved]]]
-            directions = turned
+                directions[group[moved]] = plan.offset_directions[ks[best[moved]]]
         if iter_callback is not None:
             iter_callback(index, plan.n_passes)
     field = votes.reshape(frame.padded_shape)[frame.inside]
