@@ -5,12 +5,12 @@ on the image itself (unsupervised: no labels are used), and
 ``ivote.detect.iterative_voting`` runs twice with the same radius, spacing and
 polarity as ``benchmarks/accuracy_detect.py``: once with its default Gaussian
 pre-blur, once with ``features=model`` (the model's ``detection_input``: the
-least-squares combination of the hidden maps that best fits the image).
+first principal component of its hidden maps).
 Reported: precision, recall, F1 at the default (Otsu) threshold, pooled over
 the images, and the area under the pooled precision-recall curve.
 
 Usage: python benchmarks/accuracy_features.py [--data DIR] [--datasets a,b] [--max-images N]
-       [--filters 16] [--epochs 10] [--out benchmarks/results/features_accuracy.md]
+       [--filters 16] [--epochs 10] [--hidden-extent valid|same] [--out FILE]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def fit_on_image(image, meta, radius, args):
     grey = as_grayscale(image, rgb=meta["channels"] == 3)
     size = filter_size(radius if meta["ndim"] == 2 else min(meta["radius_px"]))
     for learning_rate in (args.learning_rate, args.learning_rate / 3, args.learning_rate / 10):
-        model = ConvRBM(args.filters, size, stride=args.stride, seed=0)
+        model = ConvRBM(args.filters, size, stride=args.stride, seed=0, hidden_extent=args.hidden_extent)
         try:
             model.fit(grey, epochs=args.epochs, patch_shape=default_patch_shape(grey.shape, size, args.stride),
                       learning_rate=learning_rate)
@@ -73,6 +73,7 @@ def main(argv=None) -> int:
     parser.add_argument("--stride", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--hidden-extent", default="valid", choices=("valid", "same"))
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     folders = sorted(p.parent for p in Path(args.data).glob("*/meta.json"))
@@ -86,6 +87,7 @@ def main(argv=None) -> int:
         f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
         "",
         f"Device/backend: {backend_name(default_xp())}. ConvRBM: {args.filters} filters, stride {args.stride}, "
+        f"hidden extent '{args.hidden_extent}', "
         f"{args.epochs} epochs on tiles of the image itself, lr {args.learning_rate:g}; voting radius as "
         "accuracy_detect.py (RADIUS_FACTOR x typical radius); tolerance radius/2; P/R/F1 at Otsu (pooled); AP = area under the "
         "pooled PR curve.",

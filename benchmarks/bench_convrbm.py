@@ -9,10 +9,15 @@ conv -> two weight gradients) with ``torch.nn.functional.conv{2,3}d`` on the
 same GPU, both one image at a time and as one batch of 8; the faster of the two
 is the peer. PyTorch is imported only here.
 
+Each case names the hidden extent of training (``ConvRBM(hidden_extent=...)``):
+``valid`` (the default and the thesis' formulation: FFTs at the image's size;
+the peer uses ``padding=0``) or ``same`` (zero boundary, a hidden unit per
+pixel; FFTs padded by half a filter; the peer uses ``padding=k//2``).
+
 Usage::
 
-    python benchmarks/bench_convrbm.py [--quick] [--breakdown] [--case 128x128x128:9:1 ...] [--no-torch] [--no-numpy]
-        [--out FILE]
+    python benchmarks/bench_convrbm.py [--quick] [--breakdown] [--case 128x128x128:9:1[:same] ...] [--no-torch]
+        [--no-numpy] [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ BATCH = 8
 
 
 def cases(quick):
-    """The headline cases first, so that a run cut short still reports them."""
-    first = [((128,) * 3, 9, 1), ((128,) * 3, 9, 2), ((128,) * 3, 9, 4), ((128,) * 3, 5, 1),
-             ((128,) * 3, 13, 1), ((512, 512), 9, 1)]
+    """The headline cases first, so that a run cut short still reports them: (shape, k, stride, extent)."""
+    first = [((128,) * 3, 9, 1, "valid"), ((128,) * 3, 9, 1, "same"), ((128,) * 3, 9, 2, "valid"),
+             ((128,) * 3, 9, 4, "valid"), ((128,) * 3, 5, 1, "valid"), ((128,) * 3, 13, 1, "valid"),
+             ((512, 512), 9, 1, "valid")]
     if quick:
         return first
-    rest = [((128,) * 3, k, s) for k in (5, 13) for s in (2, 4)] + [((512, 512), 9, s) for s in (2, 4)]
+    rest = ([((128,) * 3, k, s, "valid") for k in (5, 13) for s in (2, 4)]
+            + [((512, 512), 9, s, "valid") for s in (2, 4)])
     return first + rest
 
 
@@ -72,8 +79,8 @@ def time_gpu(fn, xp, repeat, inner=1):
     return float(np.median(times))
 
 
-def ours(shape, k, s, xp, repeat):
-    model = ConvRBM(32, k, stride=s, xp=xp)
+def ours(shape, k, s, extent, xp, repeat):
+    model = ConvRBM(32, k, stride=s, xp=xp, hidden_extent=extent)
     model._initialise(len(shape))
     batch = make_batch(shape, xp)
     model._geometry(shape)  # picks (times) the FFT shape once, before memory is measured
@@ -88,12 +95,12 @@ def ours(shape, k, s, xp, repeat):
     return seconds / BATCH, held, model.memory_estimate(shape)
 
 
-def breakdown(xp, shape=(128, 128, 128), k=9, s=1, repeat=5):
+def breakdown(xp, shape=(128, 128, 128), k=9, s=1, extent="valid", repeat=5):
     """Time the parts of one CD-1 step (per call, and how often a step makes the call)."""
     from ivote.features._spectral import (accumulate_gradient, hidden_spectrum, irfftn, noisy_relu, rfftn,
                                           visible_spectrum)
 
-    model = ConvRBM(32, k, stride=s, xp=xp)
+    model = ConvRBM(32, k, stride=s, xp=xp, hidden_extent=extent)
     model._initialise(len(shape))
     g = model._geometry(shape)
     filters = model._filter_spectra(g)
@@ -110,20 +117,20 @@ def breakdown(xp, shape=(128, 128, 128), k=9, s=1, repeat=5):
         ("hidden_spectrum kernel", 2, lambda: hidden_spectrum(filters, v_spec, xp)),
         ("visible_spectrum kernel", 1, lambda: visible_spectrum(filters, h_spec, xp)),
         ("accumulate_gradient kernel", 1, lambda: accumulate_gradient(gradient, h_spec, v_spec, h_spec, v_spec, xp)),
-        ("noisy_relu kernel (hashed noise)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, 7, xp)),
-        ("noisy_relu kernel (mean)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.blocks, None, xp)),
+        ("noisy_relu kernel (hashed noise)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.hidden, 7, xp)),
+        ("noisy_relu kernel (mean)", 1, lambda: noisy_relu(maps, model.hidden_bias_, g.hidden, None, xp)),
         ("filter spectra (per mini-batch)", 0, lambda: model._filter_spectra(g)),
         ("filter gradient crop (per mini-batch)", 0, lambda: model._filter_gradient(gradient.copy(), g)),
         ("one CD-1 step (_cd1, one image)", 0, lambda: model._cd1(visible, g, filters, gradient, 7)),
     ]
-    print(f"\nbreakdown {'x'.join(map(str, shape))} k{k} s{s}, FFT shape {g.fft_shape}:")
+    print(f"\nbreakdown {'x'.join(map(str, shape))} k{k} s{s} {extent}, FFT shape {g.fft_shape}:")
     for name, calls, fn in parts:
         ms = time_gpu(fn, xp, repeat, inner=10) * 1e3  # 10 calls per event pair: launch overhead amortised
         print(f"  {name:36s} {ms:7.3f} ms" + (f" x {calls}" if calls else ""), flush=True)
 
 
-def ours_numpy(shape, k, s):
-    model = ConvRBM(32, k, stride=s, xp=np)
+def ours_numpy(shape, k, s, extent):
+    model = ConvRBM(32, k, stride=s, xp=np, hidden_extent=extent)
     model._initialise(len(shape))
     batch = make_batch(shape, np, n=1)
     start = time.perf_counter()
@@ -131,7 +138,7 @@ def ours_numpy(shape, k, s):
     return time.perf_counter() - start
 
 
-def torch_step_fn(torch, shape, k, s, batched):
+def torch_step_fn(torch, shape, k, s, batched, extent="valid"):
     import torch.nn.functional as F
     from torch.nn.grad import conv2d_weight, conv3d_weight
 
@@ -143,7 +150,7 @@ def torch_step_fn(torch, shape, k, s, batched):
     c = torch.zeros(32, device=dev)
     b = torch.zeros(1, device=dev)
     images = torch.randn((BATCH, 1) + tuple(shape), device=dev)
-    pad = k // 2
+    pad = k // 2 if extent == "same" else 0
     hidden = [(n + 2 * pad - k) // s + 1 for n in shape]
     out_pad = [n - ((h - 1) * s - 2 * pad + k) for n, h in zip(shape, hidden)]
     dims = tuple(range(2, 2 + ndim))
@@ -174,7 +181,7 @@ def torch_step_fn(torch, shape, k, s, batched):
     return step
 
 
-def cudnn(shape, k, s, repeat, tf32=True):
+def cudnn(shape, k, s, extent, repeat, tf32=True):
     import torch
 
     torch.backends.cudnn.benchmark = True
@@ -183,7 +190,7 @@ def cudnn(shape, k, s, repeat, tf32=True):
     results = {}
     for batched in (False, True):
         try:
-            step = torch_step_fn(torch, shape, k, s, batched)
+            step = torch_step_fn(torch, shape, k, s, batched, extent)
             step()
             step()  # cudnn.benchmark autotunes on the first calls
             torch.cuda.synchronize()
@@ -215,15 +222,16 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     parser.add_argument("--breakdown", action="store_true", help="first time the parts of the 9^3 step")
-    parser.add_argument("--case", action="append", default=None, metavar="SHAPE:K:S",
-                        help="run only this case, e.g. 128x128x128:9:1 (repeatable)")
+    parser.add_argument("--breakdown-extent", default="valid", choices=("valid", "same"))
+    parser.add_argument("--case", action="append", default=None, metavar="SHAPE:K:S[:EXTENT]",
+                        help="run only this case, e.g. 128x128x128:9:1 or 128x128x128:9:1:same (repeatable)")
     args = parser.parse_args(argv)
     if not cupy_available():
         print("bench_convrbm: needs a CUDA GPU with CuPy")
         return 1
     xp = default_xp()
     if args.breakdown:
-        breakdown(xp)
+        breakdown(xp, extent=args.breakdown_extent)
     lines = [
         f"# ConvRBM CD-1 step: frequency domain vs cuDNN\n",
         f"device: {backend_name(xp)}; date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
@@ -238,9 +246,9 @@ def main(argv=None):
         args.no_torch = True
     lines += [
         "",
-        "| case | FFT shape | ours ms | cuDNN ms (loop / batch) | cuDNN / ours | NumPy ms | NumPy / ours "
+        "| case | extent | FFT shape | ours ms | cuDNN ms (loop / batch) | cuDNN / ours | NumPy ms | NumPy / ours "
         "| memory MiB measured | eq. 1.14-style MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     rows = []
@@ -248,16 +256,16 @@ def main(argv=None):
     if args.case:
         selected = []
         for text in args.case:
-            shape, k, s = text.split(":")
-            selected.append((tuple(int(n) for n in shape.split("x")), int(k), int(s)))
-    for shape, k, s in selected:
+            shape, k, s, *extent = text.split(":")
+            selected.append((tuple(int(n) for n in shape.split("x")), int(k), int(s), extent[0] if extent else "valid"))
+    for shape, k, s, extent in selected:
         name = f"{'x'.join(map(str, shape))} k{k} s{s}"
-        ours_s, held, estimate = ours(shape, k, s, xp, args.repeat)
+        ours_s, held, estimate = ours(shape, k, s, extent, xp, args.repeat)
         free_gpu_memory()
         peer = ratio = None
         peer_text = "n/a"
         if not args.no_torch:
-            res = cudnn(shape, k, s, args.repeat)
+            res = cudnn(shape, k, s, extent, args.repeat)
             loop, batched = res[False][0], res[True][0]
             finite = [t for t in (loop, batched) if math.isfinite(t)]
             peer = min(finite) if finite else None
@@ -265,8 +273,8 @@ def main(argv=None):
             peer_text = f"{fmt_ms(loop)} / {fmt_ms(batched)}"
         numpy_s = None
         if not args.no_numpy and (s == 1 or len(shape) == 2) and k == 9:
-            numpy_s = ours_numpy(shape, k, s)
-        row = (f"| {name} | {'x'.join(map(str, estimate['fft_shape']))} c{estimate['channels']} | {fmt_ms(ours_s)} "
+            numpy_s = ours_numpy(shape, k, s, extent)
+        row = (f"| {name} | {extent} | {'x'.join(map(str, estimate['fft_shape']))} c{estimate['channels']} | {fmt_ms(ours_s)} "
                f"| {peer_text} | {'n/a' if ratio is None else f'{ratio:.1f}x'} | {fmt_ms(numpy_s)} "
                f"| {'n/a' if numpy_s is None else f'{numpy_s / ours_s:.0f}x'} | {held / 2**20:.0f} "
                f"| {estimate['total'] / 2**20:.0f} |")

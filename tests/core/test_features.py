@@ -24,8 +24,8 @@ def _relative_error(actual, expected):
     return float(np.abs(actual - expected).max() / max(np.abs(expected).max(), 1e-30))
 
 
-def _model(filter_shape, stride, seed=3, dtype=np.float32):
-    model = ConvRBM(4, filter_shape, stride=stride, seed=seed, xp=np, dtype=dtype)
+def _model(filter_shape, stride, seed=3, dtype=np.float32, extent="valid"):
+    model = ConvRBM(4, filter_shape, stride=stride, seed=seed, xp=np, dtype=dtype, hidden_extent=extent)
     model._initialise(len(filter_shape))
     rng = np.random.default_rng(seed)
     model.filters_ = rng.normal(0, 0.3, model.filters_.shape).astype(dtype)
@@ -39,19 +39,22 @@ def _standardised(image):
     return (image - image.mean()) / image.std()
 
 
-def _geometry(shape, filter_shape, stride):
+def _geometry(shape, filter_shape, stride, extent="same"):
+    """Hidden extent (units per axis) and pixel offset of tap 0 from s n: 'same' centres the filter, 'valid' starts it."""
     blocks = tuple(-(-n // stride) for n in shape)
-    offsets = tuple(stride * ((-(-k // stride) - 1) // 2) for k in filter_shape)
-    return blocks, offsets
+    filter_blocks = tuple(-(-k // stride) for k in filter_shape)
+    if extent == "valid":
+        return tuple(b - k + 1 for b, k in zip(blocks, filter_blocks)), (0,) * len(shape)
+    return blocks, tuple(stride * ((k - 1) // 2) for k in filter_blocks)
 
 
 # ---- direct spatial reference (explicit loops over filter taps) ----------------------------
 
 
-def direct_pre_activation(v, filters, bias, stride):
+def direct_pre_activation(v, filters, bias, stride, extent="same"):
     """mu[k, n] = sum_m w[k, m] v[s n - o + m] + c_k, zero outside the image."""
     n_filters, *kshape = filters.shape
-    blocks, offsets = _geometry(v.shape, kshape, stride)
+    blocks, offsets = _geometry(v.shape, kshape, stride, extent)
     padded = np.pad(v, [(o, stride * b + k) for o, b, k in zip(offsets, blocks, kshape)])
     out = np.zeros((n_filters,) + blocks)
     for tap in itertools.product(*map(range, kshape)):
@@ -60,10 +63,10 @@ def direct_pre_activation(v, filters, bias, stride):
     return out + bias.reshape((-1,) + (1,) * v.ndim)
 
 
-def direct_visible(hidden, filters, bias, stride, shape):
+def direct_visible(hidden, filters, bias, stride, shape, extent="same"):
     """v[x] = sum_k sum_n h[k, n] w[k, x - s n + o] + b, for x inside the image."""
     n_filters, *kshape = filters.shape
-    blocks, offsets = _geometry(shape, kshape, stride)
+    blocks, offsets = _geometry(shape, kshape, stride, extent)
     padded = np.zeros(tuple(o + stride * b + k for o, b, k in zip(offsets, blocks, kshape)))
     for tap in itertools.product(*map(range, kshape)):
         contribution = np.tensordot(filters[(slice(None),) + tap], hidden, axes=(0, 0))
@@ -71,9 +74,9 @@ def direct_visible(hidden, filters, bias, stride, shape):
     return padded[tuple(slice(o, o + n) for o, n in zip(offsets, shape))] + bias
 
 
-def direct_weight_statistics(v, hidden, kshape, stride):
+def direct_weight_statistics(v, hidden, kshape, stride, extent="same"):
     """g[k, m] = sum_n h[k, n] v[s n - o + m]."""
-    blocks, offsets = _geometry(v.shape, kshape, stride)
+    blocks, offsets = _geometry(v.shape, kshape, stride, extent)
     padded = np.pad(v, [(o, stride * b + k) for o, b, k in zip(offsets, blocks, kshape)])
     out = np.zeros((hidden.shape[0],) + tuple(kshape))
     for tap in itertools.product(*map(range, kshape)):
@@ -109,11 +112,12 @@ def test_hidden_and_reconstruction_equal_direct_convolution(shape, kshape, strid
         assert _relative_error(features, expected_hidden) < 1e-4
 
 
+@pytest.mark.parametrize("extent", ["valid", "same"])
 @pytest.mark.parametrize(("shape", "kshape", "stride"), CASES)
-def test_cd1_statistics_equal_direct_convolution(shape, kshape, stride):
+def test_cd1_statistics_equal_direct_convolution(shape, kshape, stride, extent):
     rng = np.random.default_rng(1)
     image = rng.normal(0.0, 1.0, shape)
-    model = _model(kshape, stride)
+    model = _model(kshape, stride, extent=extent)
     v0 = _standardised(image).astype(np.float32)
     geometry = model._geometry(shape)
     filter_spec = model._filter_spectra(geometry)
@@ -122,20 +126,29 @@ def test_cd1_statistics_equal_direct_convolution(shape, kshape, stride):
     h0, v1, h1, visible_stat, hidden_stat, error = model._cd1(
         model._visible_blocks(v0, geometry), geometry, filter_spec, gradient_spec, noise
     )
-    inside = (slice(None),) + tuple(slice(0, b) for b in geometry.blocks)
+    assert geometry.hidden == _geometry(shape, kshape, stride, extent)[0]
+    if extent == "valid":  # the thesis' transform size: the visible extent itself, no padding
+        assert all(p == fft_size(b) for p, b in zip(geometry.fft_shape, geometry.blocks))
+    inside = (slice(None),) + tuple(slice(0, b) for b in geometry.hidden)
     weight_stat = model._filter_gradient(gradient_spec, geometry)
 
     w = model.filters_.astype(np.float64)
     c = model.hidden_bias_.astype(np.float64)
     v0 = v0.astype(np.float64)
-    mu0 = direct_pre_activation(v0, w, c, stride)
+    mu0 = direct_pre_activation(v0, w, c, stride, extent)
     e_h0 = np.maximum(mu0 + np.sqrt(_sigmoid(mu0)) * noise[inside], 0)
-    e_v1 = direct_visible(e_h0, w, model.visible_bias_, stride, shape)
-    e_h1 = np.maximum(direct_pre_activation(e_v1, w, c, stride), 0)
-    e_weight = direct_weight_statistics(v0, e_h0, kshape, stride) - direct_weight_statistics(e_v1, e_h1, kshape, stride)
+    e_v1 = direct_visible(e_h0, w, model.visible_bias_, stride, shape, extent)
+    e_h1 = np.maximum(direct_pre_activation(e_v1, w, c, stride, extent), 0)
+    e_weight = (direct_weight_statistics(v0, e_h0, kshape, stride, extent)
+                - direct_weight_statistics(e_v1, e_h1, kshape, stride, extent))
+    # outside the hidden extent the spatial maps are zero (no unit there)
+    outside = np.ones(h0.shape, bool)
+    outside[inside] = False
+    assert not h0[outside].any() and not h1[outside].any()
 
     assert _relative_error(h0[inside], e_h0) < 1e-4
-    assert _relative_error(model._pixels(v1[inside], geometry), e_v1) < 1e-4
+    visible = (slice(None),) + tuple(slice(0, b) for b in geometry.blocks)
+    assert _relative_error(model._pixels(v1[visible], geometry), e_v1) < 1e-4
     assert _relative_error(h1[inside], e_h1) < 1e-4
     assert _relative_error(weight_stat, e_weight) < 1e-4
     assert _relative_error(hidden_stat, (e_h0 - e_h1).sum(axis=tuple(range(1, len(shape) + 1)))) < 1e-4
@@ -213,9 +226,10 @@ def test_fft_size_is_5_smooth_and_minimal():
         assert all(not smooth(k) for k in range(n, m))
 
 
-def test_reconstruction_error_falls_on_synthetic_nuclei():
+@pytest.mark.parametrize("extent", ["valid", "same"])
+def test_reconstruction_error_falls_on_synthetic_nuclei(extent):
     image = synthetic_nuclei((64, 64), radius=6, seed=5).image
-    model = ConvRBM(8, 7, stride=1, xp=np, seed=0)
+    model = ConvRBM(8, 7, stride=1, xp=np, seed=0, hidden_extent=extent)
     model.fit(image, epochs=20, batch_size=4, learning_rate=1e-2, momentum=0.5, patch_shape=(32, 32))
     errors = model.reconstruction_errors_
     assert len(errors) == 20
@@ -240,14 +254,14 @@ def test_fit_3d_strided_and_progress_cancel():
 
 def test_save_load_round_trip_is_exact(tmp_path):
     image = synthetic_nuclei((40, 40), radius=5, seed=7).image
-    model = ConvRBM(5, (5, 3), stride=2, xp=np, seed=4).fit(image, epochs=3)
+    model = ConvRBM(5, (5, 3), stride=2, xp=np, seed=4, hidden_extent="same").fit(image, epochs=3)
     path = model.save(tmp_path / "model.npz")
     loaded = ConvRBM.load(path, xp=np)
     assert np.array_equal(loaded.filters_, model.filters_)
     assert loaded.filters_.dtype == model.filters_.dtype
     assert np.array_equal(loaded.hidden_bias_, model.hidden_bias_)
     assert loaded.visible_bias_ == model.visible_bias_
-    assert loaded.stride == 2 and loaded.filter_shape == (5, 3)
+    assert loaded.stride == 2 and loaded.filter_shape == (5, 3) and loaded.hidden_extent == "same"
     assert loaded.reconstruction_errors_ == model.reconstruction_errors_
     assert np.array_equal(loaded.transform(image), model.transform(image))
     with np.load(path, allow_pickle=False) as data:
@@ -276,12 +290,20 @@ def test_bad_parameters_are_named():
         model.transform(np.zeros((8, 8)))
     with pytest.raises(ValueError, match="learning_rate"):
         model.fit(np.ones((8, 8)), learning_rate=-1)
+    with pytest.raises(ValueError, match="hidden_extent"):
+        ConvRBM(4, 5, hidden_extent="full")
+    with pytest.raises(ValueError, match="hidden_extent='valid'.*at least as large as the filters"):
+        ConvRBM(2, 9, xp=np).fit(np.random.default_rng(0).normal(size=(6, 20)))
+    with pytest.raises(ValueError, match="hidden_extent='valid'"):
+        ConvRBM(2, 9, xp=np).fit(np.random.default_rng(0).normal(size=(32, 32)), patch_shape=(8, 8))
 
 
-def test_memory_estimate_counts_spectra():
-    model = ConvRBM(32, 9, xp=np)
+@pytest.mark.parametrize(("extent", "side"), [("valid", 128), ("same", 135)])
+def test_memory_estimate_counts_spectra(extent, side):
+    # 'valid' transforms at the image's own size (the thesis' eq. 1.14), 'same' pads by half a filter
+    model = ConvRBM(32, 9, xp=np, hidden_extent=extent)
     estimate = model.memory_estimate((128, 128, 128))
-    assert estimate["fft_shape"] == (135, 135, 135)
-    freq = 135 * 135 * 68
+    assert estimate["fft_shape"] == (side,) * 3
+    freq = side * side * (side // 2 + 1)
     assert estimate["spectra"] == 8 * freq * (2 + 2 * 32 + 2 * 32)
-    assert math.prod(estimate["fft_shape"]) == 135**3
+    assert estimate["spatial"] == 4 * side**3 * (2 + 3 * 32)

@@ -25,7 +25,12 @@ def test_fit_then_apply(tmp_path, image_path, capsys):
                  "--stride", "2", "--epochs", "2", "--patch", "32", "--out", str(model_path)]) == 0
     model = ConvRBM.load(model_path)
     assert model.n_filters == 3 and model.filter_shape == (5, 5) and model.stride == 2
+    assert model.hidden_extent == "valid"  # the default
     assert len(model.reconstruction_errors_) == 2
+    same_path = tmp_path / "same.npz"
+    assert main(["features", "fit", str(image_path), "--filters", "2", "--size", "5", "--epochs", "1",
+                 "--hidden-extent", "same", "--quiet", "--out", str(same_path)]) == 0
+    assert ConvRBM.load(same_path).hidden_extent == "same"
     out = tmp_path / "features.tif"
     assert main(["features", "apply", str(image_path), "--model", str(model_path), "--out", str(out)]) == 0
     with tifffile.TiffFile(out) as tif:

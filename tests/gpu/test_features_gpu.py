@@ -26,12 +26,12 @@ def _relative_error(actual, expected):
     return float(np.abs(actual - expected).max() / max(np.abs(expected).max(), 1e-30))
 
 
-def _pair(filter_shape, stride):
+def _pair(filter_shape, stride, extent="valid"):
     cp = _backend.default_xp()
     rng = np.random.default_rng(11)
     models = []
     for xp in (np, cp):
-        model = ConvRBM(6, filter_shape, stride=stride, xp=xp)
+        model = ConvRBM(6, filter_shape, stride=stride, xp=xp, hidden_extent=extent)
         model._initialise(len(filter_shape))
         rng = np.random.default_rng(11)
         model.filters_ = xp.asarray(rng.normal(0, 0.3, model.filters_.shape), dtype=np.float32)
@@ -41,9 +41,10 @@ def _pair(filter_shape, stride):
     return models
 
 
+@pytest.mark.parametrize("extent", ["valid", "same"])
 @pytest.mark.parametrize(("shape", "kshape", "stride"), CASES)
-def test_passes_match_numpy(shape, kshape, stride):
-    cpu, gpu = _pair(kshape, stride)
+def test_passes_match_numpy(shape, kshape, stride, extent):
+    cpu, gpu = _pair(kshape, stride, extent)
     cp = gpu.xp
     image = np.random.default_rng(0).normal(3, 2, shape).astype(np.float32)
     assert _relative_error(gpu.hidden_grid(cp.asarray(image)), cpu.hidden_grid(image)) < 1e-4

@@ -65,7 +65,8 @@ def _cmd_fit(args) -> int:
     ndim = ndims.pop()
     if isinstance(patch, int):
         patch = (patch,) * ndim
-    model = ConvRBM(args.filters, _parse_size(args.size), stride=args.stride, seed=args.seed)
+    model = ConvRBM(args.filters, _parse_size(args.size), stride=args.stride, seed=args.seed,
+                    hidden_extent=args.hidden_extent)
     start = time.perf_counter()
 
     def progress(epoch, n_epochs, error):
@@ -116,6 +117,9 @@ def register(subparsers) -> None:
     fit.add_argument("--learning-rate", type=float, default=1e-3, help="default 1e-3")
     fit.add_argument("--momentum", type=float, default=0.5, help="default 0.5")
     fit.add_argument("--weight-decay", type=float, default=1e-4, help="default 1e-4")
+    fit.add_argument("--hidden-extent", default="valid", choices=("valid", "same"),
+                     help="hidden units in training: where the filter fits inside the image (valid, default: FFTs at "
+                          "the image's size) or on every pixel with a zero boundary (same)")
     fit.add_argument("--patch", default=None, help="train on tiles of this size (S or Z,Y,X) instead of whole images")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--quiet", action="store_true", help="do not print the error of each epoch")

@@ -7,13 +7,22 @@ Model (one input channel, ``n_filters`` hidden maps, stride ``s``)::
     E[v | h] = sum_k sum_n h_k[n] w_k[x - s n + s r] + b        (Gaussian visible, unit variance)
 
 with zero boundaries (visible and hidden units exist only inside the image), so
-the hidden and visible passes are exact transposes of each other. ``r`` centres
-the filters: with stride 1 and odd filters this is a 'same' correlation.
+the hidden and visible passes are exact transposes of each other. Training
+uses one of two hidden extents (``hidden_extent``):
 
-Training keeps images and filters as spectra of one padded FFT shape. A stride
-``s`` becomes stride 1 after space-to-depth (``s**ndim`` channels); the FFT
-shape is at least ``image/s + filter/s`` per axis (no wrap-around) and of the
-form ``2**a 3**b 5**c``. Only the nonlinearity, the noise, the masks and the
+* ``'valid'`` (default; Lee et al. 2009, Brosch & Tam 2015): ``r = 0``, a hidden
+  unit wherever the whole filter lies inside the image. Then the hidden pass,
+  the reconstruction and the weight statistics need no padding: filters
+  zero-padded to the image's own size give them exactly (the thesis' method).
+* ``'same'``: ``r`` centres the filters, a hidden unit on every (stride) pixel;
+  the FFT shape must then hold ``image/s + filter/s`` per axis.
+
+:meth:`ConvRBM.transform` and :meth:`ConvRBM.reconstruct` always use the
+``'same'`` extent, so feature maps have the input's size.
+
+Training keeps images and filters as spectra of one FFT shape of the form
+``2**a 3**b 5**c`` (or a faster nearby length, timed per GPU). A stride ``s``
+becomes stride 1 after space-to-depth (``s**ndim`` channels). Only the nonlinearity, the noise, the masks and the
 biases are applied in the spatial domain: four batched FFTs of ``n_filters``
 maps per image and CD-1 step. Gradients are summed as spectra over a
 mini-batch and cut back to the filter size once per mini-batch.
@@ -41,26 +50,46 @@ _FORMAT = "ivote-convrbm-1"
 
 @dataclass(frozen=True)
 class _Geometry:
-    """Sizes of one image shape: pixels, blocks (after space-to-depth), FFT shape."""
+    """Sizes of one image shape: pixels, blocks (after space-to-depth), hidden extent, FFT shape."""
 
     shape: tuple  # image, pixels
     stride: int
     filter_shape: tuple  # pixels
-    blocks: tuple  # hidden / depth-domain extent, ceil(shape / stride)
+    blocks: tuple  # depth-domain visible extent, ceil(shape / stride)
     filter_blocks: tuple  # ceil(filter_shape / stride)
     centre: tuple  # r: filter offset in blocks
     fft_shape: tuple
+    hidden: tuple  # hidden extent in blocks: ``blocks`` ('same') or ``blocks - filter_blocks + 1`` ('valid')
 
     @classmethod
-    def of(cls, shape, stride, filter_shape, choose_fft_shape=None):
-        """``choose_fft_shape(minimum_shape)`` picks the FFT shape (default: smallest 5-smooth)."""
+    def of(cls, shape, stride, filter_shape, choose_fft_shape=None, extent="same"):
+        """``choose_fft_shape(minimum_shape)`` picks the FFT shape (default: smallest 5-smooth).
+
+        ``extent='same'``: a hidden unit on every block, the filter centred on
+        it; the FFT shape must hold the hidden extent plus the filter's reach
+        on either side. ``extent='valid'``: hidden units only where the whole
+        filter lies inside the image, the filter starting at the unit
+        (``r = 0``); no product of a valid correlation, of its transpose or of
+        the weight statistics wraps around at the image's own size, so the FFT
+        shape is the visible extent itself.
+        """
         blocks = tuple(-(-n // stride) for n in shape)
         filter_blocks = tuple(-(-k // stride) for k in filter_shape)
-        centre = tuple((k - 1) // 2 for k in filter_blocks)
-        # no wrap-around: the hidden and visible extents plus the filter's reach on either side
-        minimum = tuple(n + max(r, k - 1 - r) for n, k, r in zip(blocks, filter_blocks, centre))
+        if extent == "valid":
+            centre = (0,) * len(blocks)
+            hidden = tuple(n - k + 1 for n, k in zip(blocks, filter_blocks))
+            if min(hidden) < 1:
+                raise ValueError(f"hidden_extent='valid' needs images (or patches) at least as large as the filters "
+                                 f"{tuple(filter_shape)}; got shape {tuple(shape)}")
+            minimum = blocks
+        else:
+            centre = tuple((k - 1) // 2 for k in filter_blocks)
+            hidden = blocks
+            # no wrap-around: the hidden and visible extents plus the filter's reach on either side
+            minimum = tuple(n + max(r, k - 1 - r) for n, k, r in zip(blocks, filter_blocks, centre))
         fft_shape = choose_fft_shape(minimum) if choose_fft_shape else tuple(fft_size(n) for n in minimum)
-        return cls(tuple(shape), stride, tuple(filter_shape), blocks, filter_blocks, centre, tuple(fft_shape))
+        return cls(tuple(shape), stride, tuple(filter_shape), blocks, filter_blocks, centre, tuple(fft_shape),
+                   hidden)
 
     @property
     def ndim(self):
@@ -107,6 +136,12 @@ class ConvRBM:
         ``numpy`` or ``cupy``; default: the backend of :func:`ivote._backend.default_xp`.
     init_scale : float
         Standard deviation of the initial filter weights.
+    hidden_extent : {'valid', 'same'}
+        Hidden units during training: only where the filter lies wholly inside
+        the image (``'valid'``, the thesis' formulation: FFTs at the image's
+        own size, e.g. 128³ instead of 144³ for 9³ filters) or on every pixel
+        with a zero boundary (``'same'``). Feature maps (:meth:`transform`) are
+        always computed at the input's size.
 
     Attributes
     ----------
@@ -136,7 +171,8 @@ class ConvRBM:
     (4, 48, 48)
     """
 
-    def __init__(self, n_filters, filter_shape, *, stride=1, seed=0, dtype=np.float32, xp=None, init_scale=0.01):
+    def __init__(self, n_filters, filter_shape, *, stride=1, seed=0, dtype=np.float32, xp=None, init_scale=0.01,
+                 hidden_extent="valid"):
         if not isinstance(n_filters, Integral) or n_filters < 1:
             raise ValueError(f"n_filters must be an integer >= 1; got {n_filters!r}")
         if isinstance(filter_shape, Integral):
@@ -151,6 +187,8 @@ class ConvRBM:
             raise ValueError(f"filter_shape must be >= 1 along every axis; got {filter_shape!r}")
         if stride not in (1, 2, 4):
             raise ValueError(f"stride must be 1, 2 or 4; got {stride!r}")
+        if hidden_extent not in ("valid", "same"):
+            raise ValueError(f"hidden_extent must be 'valid' or 'same'; got {hidden_extent!r}")
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64; got {dtype}")
@@ -159,6 +197,7 @@ class ConvRBM:
         self.seed = int(seed)
         self.dtype = dtype
         self.init_scale = check_positive(init_scale, "init_scale")
+        self.hidden_extent = hidden_extent
         self.xp = default_xp() if xp is None else xp
         self._filter_shape = filter_shape
         self.filters_ = None
@@ -193,12 +232,14 @@ class ConvRBM:
         self.hidden_bias_ = self.xp.zeros(self.n_filters, dtype=self.dtype)
         self.visible_bias_ = 0.0
 
-    def _geometry(self, shape):
-        key = tuple(shape)
+    def _geometry(self, shape, extent=None):
+        """Geometry of an image shape; ``extent`` defaults to the training extent (``hidden_extent``)."""
+        key = (tuple(shape), extent or self.hidden_extent)
         geometry = self._geometries.get(key)
         if geometry is None:
-            geometry = _Geometry.of(key, self.stride, self.filter_shape,
-                                    lambda minimum: fastest_fft_shape(minimum, self.n_filters, self.dtype, self.xp))
+            geometry = _Geometry.of(key[0], self.stride, self.filter_shape,
+                                    lambda minimum: fastest_fft_shape(minimum, self.n_filters, self.dtype, self.xp),
+                                    extent=key[1])
             self._geometries[key] = geometry
         return geometry
 
@@ -267,12 +308,12 @@ class ConvRBM:
     # ----------------------------------------------------------- the passes
 
     def _hidden(self, visible_spec, filter_spec, geometry, noise):
-        """Hidden units in the spatial domain, ``(n_filters, *fft_shape)``, zero outside the image."""
+        """Hidden units in the spatial domain, ``(n_filters, *fft_shape)``, zero outside the hidden extent."""
         # the inverse FFT's 1 / N rides on the spectral product (no extra pass over the maps)
         scale = 1.0 / math.prod(geometry.fft_shape)
         pre_activation = irfftn(hidden_spectrum(filter_spec, visible_spec, self.xp, scale=scale), geometry.fft_shape,
                                 self.xp, overwrite=True, normalise=False)
-        return noisy_relu(pre_activation, self.hidden_bias_, geometry.blocks, noise, self.xp)
+        return noisy_relu(pre_activation, self.hidden_bias_, geometry.hidden, noise, self.xp)
 
     def _visible(self, hidden_spec, filter_spec, geometry):
         """Mean of the Gaussian visible units given hidden spectra, ``(n_channels, *fft_shape)``."""
@@ -432,7 +473,7 @@ class ConvRBM:
                 spec = self._filter_spectra(geometry)
                 by_geometry[geometry] = (spec, xp.zeros_like(spec))
             filter_spec, gradient_spec = by_geometry[geometry]
-            n_hidden = math.prod(geometry.blocks)
+            n_hidden = math.prod(geometry.hidden)
             _, _, _, visible_stat, hidden_stat, sq_error = self._cd1(
                 self._visible_blocks(sample, geometry), geometry, filter_spec, gradient_spec, self._noise(geometry)
             )
@@ -444,7 +485,7 @@ class ConvRBM:
         grad_w = xp.zeros_like(self.filters_)
         count = len(batch)
         for geometry, (_, gradient_spec) in by_geometry.items():
-            n_hidden = math.prod(geometry.blocks)
+            n_hidden = math.prod(geometry.hidden)
             # Parseval: the inverse FFT of conj(H) V is the spatial correlation
             grad_w += self._filter_gradient(gradient_spec, geometry) / n_hidden
         # images of different shapes each weigh as one sample
@@ -457,10 +498,10 @@ class ConvRBM:
         if self.filters_ is None:
             raise RuntimeError("the model is not fitted yet: call fit() or ConvRBM.load()")
         standardised, mean, std = _standardise(image, xp, self.dtype)
-        geometry = self._geometry(standardised.shape)
+        geometry = self._geometry(standardised.shape, "same")
         visible_spec = rfftn(self._visible_blocks(standardised, geometry), geometry.fft_shape, xp)
         hidden = self._hidden(visible_spec, self._filter_spectra(geometry), geometry, None)
-        return hidden[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)], geometry, (mean, std)
+        return hidden[(slice(None),) + tuple(slice(0, b) for b in geometry.hidden)], geometry, (mean, std)
 
     def hidden_grid(self, image):
         """Hidden expectations ``max(0, mu)`` on the stride grid, ``(n_filters, *ceil(shape / stride))``."""
@@ -489,7 +530,7 @@ class ConvRBM:
         xp = self.xp
         hidden, geometry, (mean, std) = self._hidden_maps(image)
         padded = xp.zeros((self.n_filters,) + geometry.fft_shape, dtype=self.dtype)
-        padded[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)] = hidden
+        padded[(slice(None),) + tuple(slice(0, b) for b in geometry.hidden)] = hidden
         hidden_spec = rfftn(padded, geometry.fft_shape, xp)
         visible = self._visible(hidden_spec, self._filter_spectra(geometry), geometry)
         visible = visible[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)]
@@ -567,6 +608,7 @@ class ConvRBM:
             stride=np.array(self.stride),
             seed=np.array(self.seed),
             init_scale=np.array(self.init_scale),
+            hidden_extent=np.array(self.hidden_extent),
             reconstruction_errors=np.asarray(self.reconstruction_errors_, dtype=np.float64),
         )
 
@@ -584,7 +626,9 @@ class ConvRBM:
                 raise ValueError(f"{path} is not a napari-ivote ConvRBM model ({_FORMAT})")
             filters = data["filters"]
             model = cls(filters.shape[0], filters.shape[1:], stride=int(data["stride"]), seed=int(data["seed"]),
-                        dtype=filters.dtype, xp=xp, init_scale=float(data["init_scale"]))
+                        dtype=filters.dtype, xp=xp, init_scale=float(data["init_scale"]),
+                        # models saved before the option existed were trained with 'same'
+                        hidden_extent=str(data["hidden_extent"]) if "hidden_extent" in data else "same")
             model.filters_ = to_device(filters, model.xp)
             model.hidden_bias_ = to_device(data["hidden_bias"], model.xp)
             model.visible_bias_ = float(data["visible_bias"])
@@ -612,5 +656,5 @@ class ConvRBM:
 
     def __repr__(self):
         return (f"ConvRBM(n_filters={self.n_filters}, filter_shape={self._filter_shape!r}, stride={self.stride}, "
-                f"fitted={self.filters_ is not None})")
+                f"hidden_extent={self.hidden_extent!r}, fitted={self.filters_ is not None})")
 
