@@ -40,13 +40,37 @@ def _touching_pairs(labels, n=None) -> np.ndarray:
     return np.stack([codes // (n + 1), codes % (n + 1)], axis=1)
 
 
+def _non_vertex_ends(any_x, first, last, axis):
+    """(drop_first, drop_last): x-line ends that are no vertex of the hull of all line ends.
+
+    An end p of line (z, y) lies between the midpoint of the same ends of the two neighbouring
+    lines along ``axis`` (0: z, 1: y) and its own line's other end (or the midpoint of those
+    lines' other ends), so p is a convex combination of other line ends; dropping every such
+    point together leaves the hull unchanged (a hull is that of its vertices).
+    """
+    f, l = first.astype(np.float64), last.astype(np.float64)
+    lo, mid, hi = ([slice(None)] * 2 for _ in range(3))
+    lo[axis], mid[axis], hi[axis] = slice(0, -2), slice(1, -1), slice(2, None)
+    lo, mid, hi = tuple(lo), tuple(mid), tuple(hi)
+    both = np.zeros(any_x.shape, dtype=bool)
+    both[mid] = any_x[lo] & any_x[hi]
+    mid_first = np.full(any_x.shape, np.inf)
+    mid_last = np.full(any_x.shape, -np.inf)
+    mid_first[mid] = np.where(both[mid], 0.5 * (f[lo] + f[hi]), np.inf)
+    mid_last[mid] = np.where(both[mid], 0.5 * (l[lo] + l[hi]), -np.inf)
+    drop_first = both & (mid_first <= f) & ((f < l) | (f <= mid_last))
+    drop_last = both & (l <= mid_last) & ((l > f) | (l >= mid_first))
+    return drop_first, drop_last
+
+
 def _hull_count_3d(mask: np.ndarray) -> int:
     """Voxels of ``skimage.morphology.convex_hull_image(mask)`` (3D), counted line by line.
 
-    The same hull (of the voxels' face centres, as scikit-image builds it, but from the
-    first and last voxel of every x line, which span the same hull) and the same inclusion
-    test (every facet equation below 1e-10 at the voxel), solved for the interval of x on
-    each (z, y) line instead of testing every voxel against every facet.
+    The same hull (of the voxels' face centres, as scikit-image builds it, but only of the
+    first and last voxel of every x line that can be a vertex of their hull, which spans the
+    same hull) and the same inclusion test (every facet equation below 1e-10 at the voxel),
+    solved for the interval of x on each (z, y) line instead of testing every voxel against
+    every facet.
     """
     from scipy.spatial import ConvexHull
 
@@ -54,33 +78,46 @@ def _hull_count_3d(mask: np.ndarray) -> int:
     any_x = mask.any(axis=2)
     first = np.argmax(mask, axis=2)
     last = nx - 1 - np.argmax(mask[:, :, ::-1], axis=2)
-    zz, yy = np.nonzero(any_x)
-    points = np.concatenate([np.stack([zz, yy, first[zz, yy]], 1), np.stack([zz, yy, last[zz, yy]], 1)])
-    hull0 = ConvexHull(points.astype(np.float64))
-    coords = hull0.points[hull0.vertices]
-    offsets = np.concatenate([np.eye(3) * 0.5, -np.eye(3) * 0.5])
-    coords = np.unique((coords[:, None, :] + offsets).reshape(-1, 3), axis=0)
-    equations = ConvexHull(coords).equations  # (F, 4): n . p + d <= 0 inside
+    keep_first, keep_last = any_x.copy(), any_x.copy()
+    for axis in (0, 1):
+        drop_first, drop_last = _non_vertex_ends(any_x, first, last, axis)
+        keep_first &= ~drop_first
+        keep_last &= ~drop_last
+    zf, yf = np.nonzero(keep_first)
+    zl, yl = np.nonzero(keep_last)
+    points = np.concatenate([np.stack([zf, yf, first[zf, yf]], 1), np.stack([zl, yl, last[zl, yl]], 1)])
+    if np.linalg.matrix_rank((points - points[0]).astype(np.float64)) < 3:
+        # a flat object: scikit-image's hull of the voxels fails (empty image), and so does this
+        raise ValueError("the mask's voxels are coplanar: no 3D convex hull")
+    # face centres on the doubled (integer) grid, made unique as one integer code each
+    offsets = np.concatenate([np.eye(3, dtype=np.int64), -np.eye(3, dtype=np.int64)])
+    doubled = ((2 * points)[:, None, :] + offsets).reshape(-1, 3) + 1
+    size = 2 * np.asarray(mask.shape, dtype=np.int64) + 3
+    codes = np.unique((doubled[:, 0] * size[1] + doubled[:, 1]) * size[2] + doubled[:, 2])
+    coords = np.stack([codes // (size[1] * size[2]), (codes // size[2]) % size[1], codes % size[2]], 1)
+    equations = ConvexHull(0.5 * (coords - 1).astype(np.float64)).equations  # (F, 4): n . p + d <= 0 inside
     # qhull triangulates: coplanar facets repeat one plane (to rounding), keep one of each
     _, first_of_plane = np.unique(np.round(equations, 8), axis=0, return_index=True)
     equations = equations[np.sort(first_of_plane)]
     tolerance = 1e-10
-    z, y = np.meshgrid(np.arange(nz, dtype=np.float64), np.arange(ny, dtype=np.float64), indexing="ij")
-    rest = z[..., None] * equations[:, 0] + y[..., None] * equations[:, 1] + equations[:, 3]  # (nz, ny, F)
+    z = np.arange(nz, dtype=np.float64)[:, None, None]
+    y = np.arange(ny, dtype=np.float64)[None, :, None]
+
+    def rest_of(rows):  # n_z z + n_y y + d on every (z, y) line, for the facets ``rows``
+        e = equations[rows]
+        return z * e[:, 0] + y * e[:, 1] + e[:, 3]
+
     c = equations[:, 2]
-    # c x + rest < tol for every facet
     flat = np.abs(c) < 1e-12
+    pos, neg = (c > 0) & ~flat, (c < 0) & ~flat
+    # c x + rest < tol for every facet
     lo = np.full((nz, ny), 0.0)
     hi = np.full((nz, ny), nx - 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bound = (tolerance - rest) / np.where(flat, 1.0, c)
-    pos, neg = (c > 0) & ~flat, (c < 0) & ~flat
-    if pos.any():
-        # x < bound: the largest integer strictly below
-        hi = np.minimum(hi, np.ceil(bound[..., pos]).min(axis=-1) - 1)
+    if pos.any():  # x < bound: the largest integer strictly below
+        hi = np.minimum(hi, np.ceil((tolerance - rest_of(pos)) / c[pos]).min(axis=-1) - 1)
     if neg.any():
-        lo = np.maximum(lo, np.floor(bound[..., neg]).max(axis=-1) + 1)
-    ok = np.all(rest[..., flat] < tolerance, axis=-1) if flat.any() else np.ones((nz, ny), dtype=bool)
+        lo = np.maximum(lo, np.floor((tolerance - rest_of(neg)) / c[neg]).max(axis=-1) + 1)
+    ok = np.all(rest_of(flat) < tolerance, axis=-1) if flat.any() else np.ones((nz, ny), dtype=bool)
     return int(np.where(ok, np.clip(hi - lo + 1, 0, None), 0).sum())
 
 
@@ -107,7 +144,7 @@ def _solidities(masks):
         return [_safe_solidity(m) for m in masks]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(masks)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1, len(masks)))) as pool:
         return list(pool.map(_safe_solidity, masks))
 
 
