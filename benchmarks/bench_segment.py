@@ -10,14 +10,16 @@ Cases (full): 1024^2 with 200 nuclei and 256^3 with 300 nuclei, 500 iterations
   psi read and, per valid cell, image, overlap canvas read and zeroing: 24 bytes
   a cell; the canvas atomics are not counted) against a device-to-device copy
   measured in the same run. ``--tile-sweep`` times it for a few tile shapes
-  first and uses the fastest.
+  first and uses the fastest; ``--march-sweep`` (3D) the tiled kernel against
+  the z-marching one for a few configurations.
 * A breakdown of one call into phases (CUDA events, ``_segment.PROFILE``).
 * NumPy path: the same call with a few iterations, per-iteration time
   extrapolated to 500 (the set-up, timed with 0 iterations, is added once).
 * scikit-image: ``skimage.segmentation.chan_vese`` run on each object's box for
   500 iterations (2D only), on a subset of objects, extrapolated to all.
 
-Usage: python benchmarks/bench_segment.py [--quick] [--gpu-only] [--tile-sweep] [--out benchmarks/results/segment.md]
+Usage: python benchmarks/bench_segment.py [--quick] [--gpu-only] [--tile-sweep] [--march-sweep] [--case 3D]
+       [--out benchmarks/results/segment.md]
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def copy_bandwidth(nbytes=1 << 28):
     return 2 * nbytes / seconds
 
 
-def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None):
+def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None, march=None):
     """Time bare fused launches on the case's real batch (after one normal block)."""
     xp = default_xp()
     weights = dict(_segment.DEFAULT_WEIGHTS)
@@ -82,7 +84,7 @@ def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None):
     phi = _segment._initial_level_sets(seeds, batch, 0.5 * radius, xp)
     pose = fit_poses((phi > 0) & batch.valid, moment_features(batch.box_shape, batch.spacing, xp), batch.spacing,
                      batch.prior, xp)
-    stepper = CudaStepper(batch, block_length=50, use_graph=False, tiles=tiles)
+    stepper = CudaStepper(batch, block_length=50, use_graph=False, tiles=tiles, march=march)
     stepper.prior(pose)
     stepper.run(phi, 50)
     stepper.steps_only(10, start=51)
@@ -151,13 +153,39 @@ def tile_sweep(image, centers, radius, spacing):
     return results[best], {t: 1e6 * r[0] for t, r in results.items()}
 
 
-def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, copy_bw, peers=True, sweep=False):
+MARCH_CANDIDATES = [dict(threads=t, unroll=u, planes=p) for t, u in ((256, 1), (256, 2), (128, 1), (512, 1))
+                    for p in (8, 13, 20)]
+
+
+def march_sweep(image, centers, radius, spacing):
+    """The 3D fused kernel alone: the tiled kernel (TILES[3]) and the z-marching kernel for a few
+    (threads, unroll, planes); sets the fastest marching configuration as the default."""
+    results = {"tiled " + str(_cuda.TILES[3]): kernel_bandwidth(image, centers, radius, spacing, tiles=_cuda.TILES[3])}
+    for config in MARCH_CANDIDATES:
+        key = "march {threads}/{unroll}/{planes}".format(**config)
+        try:
+            results[key] = kernel_bandwidth(image, centers, radius, spacing, march=config)
+        except Exception as exc:
+            print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
+    marching = [k for k in results if k.startswith("march")]
+    best = min(marching, key=lambda k: results[k][0])
+    threads, unroll, planes = (int(v) for v in best.split()[1].split("/"))
+    _cuda.MARCH.update(threads=threads, unroll=unroll, planes=planes)
+    print("3D kernel sweep (us/iteration, tiled and march threads/unroll/planes): "
+          + ", ".join(f"{k}: {1e6 * r[0]:.1f}" for k, r in results.items()) + f"; best march {best}", flush=True)
+    return {k: 1e6 * r[0] for k, r in results.items()}
+
+
+def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, copy_bw, peers=True, sweep=False,
+             sweep_march=False):
     image, truth, centers, spacing, _ = synthetic_nuclei(shape, radius=radius, n_nuclei=n_nuclei, overlap=0.2, seed=5)
     kwargs = dict(radius=radius, spacing=spacing, tol=0)
     image_d = to_device(image)
     sweep_us = None
     if sweep:
         _, sweep_us = tile_sweep(image, centers, radius, spacing)
+    if sweep_march and image.ndim == 3:
+        sweep_us = march_sweep(image, centers, radius, spacing)
     gpu_s, labels = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, **kwargs))
     phases = breakdown(image_d, centers, kwargs)
     print(f"{name} breakdown (device ms, host ms): "
@@ -177,7 +205,8 @@ def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, c
         "gpu_ms": 1e3 * gpu_s, "gpu_sparse_ms": 1e3 * sparse_s, "numpy_s": np_s, "numpy_iters": numpy_iterations, "skimage_s": sk_s,
         "skimage_objects": skimage_objects, "updates": updates, "cells": cells, "kernel_us": 1e6 * per_launch,
         "kernel_gbs": bandwidth / 1e9, "copy_gbs": copy_bw / 1e9, "f1": f1, "kernel": kernel_name,
-        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us, "tiles": _cuda.TILES[image.ndim],
+        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us,
+        "config": (f"march {_cuda.MARCH}" if "march" in kernel_name else f"tiles {_cuda.TILES[image.ndim]}"),
     }
 
 
@@ -188,6 +217,10 @@ def main(argv=None):
     parser.add_argument("--gpu-only", action="store_true", help="skip the NumPy and scikit-image peers")
     parser.add_argument("--tile-sweep", action="store_true",
                         help="time the fused kernel for a few tile shapes first and use the fastest")
+    parser.add_argument("--march-sweep", action="store_true",
+                        help="3D: time the tiled and the z-marching kernel (a few configurations) first, "
+                             "use the fastest marching one")
+    parser.add_argument("--case", choices=("2D", "3D"), default=None, help="run one case only")
     args = parser.parse_args(argv)
     if not cupy_available():
         raise SystemExit("bench_segment.py needs a GPU (CuPy); the NumPy path is timed against it")
@@ -198,9 +231,11 @@ def main(argv=None):
         cases = [("2D", (1024, 1024), 200, 20.0, 10, 5), ("3D", (256, 256, 256), 300, 12.0, 2, 0)]
     copy_bw = copy_bandwidth()
     rows = []
+    cases = [case for case in cases if args.case in (None, case[0])]
     for case in cases:
         try:
-            rows.append(run_case(*case, copy_bw, peers=not args.gpu_only, sweep=args.tile_sweep))
+            rows.append(run_case(*case, copy_bw, peers=not args.gpu_only, sweep=args.tile_sweep,
+                                 sweep_march=args.march_sweep))
         except Exception as exc:  # report the case and go on with the next one
             print(f"case {case[0]} failed: {type(exc).__name__}: {exc}", flush=True)
             continue
@@ -230,8 +265,9 @@ def main(argv=None):
                      + f"; defaults: {r['default_ms']:.1f} ms")
     for r in rows:
         if r["sweep_us"]:
-            lines.append(f"- {r['case']}: fused kernel us/iteration by tile (TZ, TY, TX): "
-                         + ", ".join(f"{t}: {us:.1f}" for t, us in r["sweep_us"].items()) + f"; used {r['tiles']}")
+            lines.append(f"- {r['case']}: fused kernel us/iteration by configuration: "
+                         + ", ".join(f"{t}: {us:.1f}" for t, us in r["sweep_us"].items())
+                         + f"; used {r['kernel']} ({r['config']})")
     lines += ["", "Kernels: " + ", ".join(sorted({r["kernel"] for r in rows})) + ". Cells = objects x box cells: "
               + ", ".join(f"{r['cells']:,}" for r in rows) + "."]
     text = "\n".join(lines) + "\n"

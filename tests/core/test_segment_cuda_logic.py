@@ -63,3 +63,20 @@ def test_step_grid_covers_every_tile_within_cuda_limits(n_tiles):
     objects, grid_y, grid_z = _cuda.step_grid(3, n_tiles)
     assert objects == 3 and 1 <= grid_y <= 65535 and 1 <= grid_z <= 65535
     assert grid_y * grid_z >= n_tiles > grid_y * (grid_z - 1)  # every tile, no block row wasted
+
+
+@pytest.mark.parametrize("box", [(39, 39, 39), (13, 39, 39), (3, 17, 9), (40, 64, 1000), (7, 5, 3000)])
+@pytest.mark.parametrize("planes", [1, 4, 10, 1000])
+def test_march_plan_covers_the_box_within_shared_memory(box, planes):
+    """The z-marching kernel's chunks: every plane and row once, the ring of 4 planes of
+    (rows + 2) x bx floats within the shared-memory budget, or no plan (tiled kernel)."""
+    plan = _cuda.march_plan(box, planes)
+    bz, by, bx = box
+    if plan is None:
+        assert 16 * 3 * bx > _cuda._MARCH_SHARED_BYTES
+        return
+    z_chunks, planes_per_chunk, rows, y_chunks, shared = plan
+    assert z_chunks * planes_per_chunk >= bz > (z_chunks - 1) * planes_per_chunk
+    assert y_chunks * rows >= by > (y_chunks - 1) * rows
+    assert shared == 16 * (rows + 2) * bx <= _cuda._MARCH_SHARED_BYTES
+    assert planes_per_chunk <= max(planes, -(-bz // z_chunks))

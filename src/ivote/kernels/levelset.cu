@@ -82,6 +82,118 @@ __device__ __forceinline__ float ivote_levelset_prior(const float* rel, const fl
     return value * s;
 }
 
+// ivote_levelset_next<NDIM>: phi^(k+1) of one interior cell from its stencil (the tile or plane
+// values around it; *_cross: the unscaled cross sums f(+,+) - f(+,-) - f(-,+) + f(-,-)), the
+// image value, the per-box prior psi and the overlap canvas at its pixel: mean curvature with
+// cross-derivatives, Chan-Vese region force (region_sh: c_in, c_out, 1 / contrast), shape-prior
+// and overlap forces. The formulas and their order are those of _reference.step.
+template <int NDIM>
+__device__ __forceinline__ float ivote_levelset_next(float phi, float xm, float xp, float ym, float yp, float yx_cross,
+                                                     float zm, float zp, float zy_cross, float zx_cross, float value,
+                                                     float psi, float canvas, const float* region_sh,
+                                                     const float* __restrict__ coef) {
+    // coef[12..]: 1/eps, eps/pi, 1/(2h) (z, y, x), 1/h^2 (z, y, x), 1/(4 hz hy), 1/(4 hz hx), 1/(4 hy hx)
+    const float px = (xp - xm) * coef[16], py = (yp - ym) * coef[15];
+    const float pxx = (xp - 2.0f * phi + xm) * coef[19];
+    const float pyy = (yp - 2.0f * phi + ym) * coef[18];
+    const float pyx = yx_cross * coef[22];
+    float g2, num;
+    if (NDIM == 3) {
+        const float pz = (zp - zm) * coef[14];
+        const float pzz = (zp - 2.0f * phi + zm) * coef[17];
+        const float pzy = zy_cross * coef[20];
+        const float pzx = zx_cross * coef[21];
+        g2 = pz * pz + py * py + px * px;
+        num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px);
+        num = num - 2.0f * pz * py * pzy;
+        num = num - 2.0f * pz * px * pzx;
+        num = num - 2.0f * py * px * pyx;
+    } else {
+        g2 = py * py + px * px;
+        num = pyy * (g2 - py * py) + pxx * (g2 - px * px);
+        num = num - 2.0f * py * px * pyx;
+    }
+    const float g2e = g2 + 1e-6f;
+    const float kappa_max = coef[7];
+    const float kappa = fminf(fmaxf(num * __frcp_rn(g2e * sqrtf(g2e)), -kappa_max), kappa_max);
+    // Chan-Vese region force from the means of phi^k, clipped to +-max(l1, l2)
+    const float c_in = region_sh[0], c_out = region_sh[1];
+    const float region_max = fmaxf(coef[0], coef[1]);
+    float region = (-coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out))
+                   * region_sh[2];
+    region = fminf(fmaxf(region, -region_max), region_max);
+    // shape prior: the object's fitted prior SDF, evaluated once per fit (ivote_levelset_prior_eval)
+    const float shape = fminf(fmaxf(psi - phi, -1.0f), 1.0f);
+    // overlap with every other object
+    const float others = fminf(fmaxf(canvas - ivote_heaviside_compact(phi, coef[12]), 0.0f), 1.0f);
+    const float force = coef[2] * kappa + region + coef[3] * shape - coef[4] * others;
+    return phi + coef[6] * ivote_dirac(phi, coef[5], coef[13]) * force;
+}
+
+// ivote_levelset_region_consts: Chan-Vese means of phi^k of object obj (from sums_in) and the
+// reciprocal of its contrast (c_in - c_out)^2 >= 0.05^2, into region_sh (one thread per block).
+__device__ __forceinline__ void ivote_levelset_region_consts(const float* __restrict__ sums_in,
+                                                             const float* __restrict__ region_consts, int obj,
+                                                             float* region_sh) {
+    const float s_hi = sums_in[2 * obj], s_h = sums_in[2 * obj + 1];
+    const float c_in = s_hi / fmaxf(s_h, 1e-6f);
+    const float c_out = (region_consts[2 * obj] - s_hi) / fmaxf(region_consts[2 * obj + 1] - s_h, 1e-6f);
+    region_sh[0] = c_in;
+    region_sh[1] = c_out;
+    region_sh[2] = 1.0f / fmaxf((c_in - c_out) * (c_in - c_out), 0.0025f);
+}
+
+// ivote_levelset_block_sums<NT>: block reduction of the region sums of phi^(k+1) (warp shuffles,
+// then one warp), one atomic per block and quantity; the object's first block zeroes sums_zero.
+template <int NT>
+__device__ __forceinline__ void ivote_levelset_block_sums(float acc_hi, float acc_h, float (*red)[NT / 32], int tid,
+                                                          int obj, bool first_block, float* __restrict__ sums_out,
+                                                          float* __restrict__ sums_zero) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        acc_hi += __shfl_down_sync(0xffffffffu, acc_hi, offset);
+        acc_h += __shfl_down_sync(0xffffffffu, acc_h, offset);
+    }
+    if ((tid & 31) == 0) {
+        red[0][tid >> 5] = acc_hi;
+        red[1][tid >> 5] = acc_h;
+    }
+    __syncthreads();
+    if (tid < 32) {
+        acc_hi = tid < NT / 32 ? red[0][tid] : 0.0f;
+        acc_h = tid < NT / 32 ? red[1][tid] : 0.0f;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            acc_hi += __shfl_down_sync(0xffffffffu, acc_hi, offset);
+            acc_h += __shfl_down_sync(0xffffffffu, acc_h, offset);
+        }
+        if (tid == 0) {
+            atomicAdd(sums_out + 2 * obj, acc_hi);
+            atomicAdd(sums_out + 2 * obj + 1, acc_h);
+            if (first_block) {
+                sums_zero[2 * obj] = 0.0f;
+                sums_zero[2 * obj + 1] = 0.0f;
+            }
+        }
+    }
+}
+
+// ivote_levelset_accumulate: after writing phi^(k+1) = next of a cell in the image at pixel gidx:
+// zero the canvas of the next launch there, add the compact Heaviside to canvas_out (only where it
+// is non-zero), and the cell's share of the region sums to the thread's accumulators.
+template <typename IndexT>
+__device__ __forceinline__ void ivote_levelset_accumulate(float next, float value, IndexT gidx, float inv_eps,
+                                                          float* __restrict__ canvas_out,
+                                                          float* __restrict__ canvas_zero, float& acc_hi,
+                                                          float& acc_h) {
+    canvas_zero[gidx] = 0.0f;
+    const float hc = ivote_heaviside_compact(next, inv_eps);
+    if (hc > 0.0f) atomicAdd(canvas_out + gidx, hc);
+    const float h = ivote_heaviside(next, inv_eps);
+    acc_hi += h * value;
+    acc_h += h;
+}
+
 // ivote_levelset_step<NDIM, TZ, TY, TX, IndexT>: one fused iteration for every object.
 // Loads a TZ x TY x TX tile of phi plus a one-cell halo (edge-replicated at the box border) into
 // shared memory, computes the curvature with cross-derivatives, the Chan-Vese region force (means
@@ -126,23 +238,12 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
         const int x = min(max(x0 - 1 + sx, 0), bx - 1);
         tile[sz][sy][sx] = phi_box[((IndexT)z * by + y) * bx + x];
     }
-    if (tid == 0) {
-        // Chan-Vese means of phi^k (one object per block), divided by the object's contrast
-        // (c_in - c_out)^2 >= 0.05^2 below
-        const float s_hi = sums_in[2 * obj], s_h = sums_in[2 * obj + 1];
-        const float c_in = s_hi / fmaxf(s_h, 1e-6f);
-        const float c_out = (region_consts[2 * obj] - s_hi) / fmaxf(region_consts[2 * obj + 1] - s_h, 1e-6f);
-        region_sh[0] = c_in;
-        region_sh[1] = c_out;
-        region_sh[2] = 1.0f / fmaxf((c_in - c_out) * (c_in - c_out), 0.0025f);
-    }
+    if (tid == 0) ivote_levelset_region_consts(sums_in, region_consts, obj, region_sh);
     __syncthreads();
 
     const int lx = threadIdx.x, ly = threadIdx.y, lz = threadIdx.z;
     const int x = x0 + lx, y = y0 + ly, z = z0 + lz;
     float acc_hi = 0.0f, acc_h = 0.0f;
-    // coef[12..]: 1/eps, eps/pi, 1/(2h) (z, y, x), 1/h^2 (z, y, x), 1/(4 hz hy), 1/(4 hz hx), 1/(4 hy hx)
-    const float inv_eps = coef[12];
     if (x < bx && y < by && z < bz) {
         const int cz = lz + HZ, cy = ly + 1, cx = lx + 1;
         const float phi = tile[cz][cy][cx];
@@ -152,90 +253,155 @@ ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_ou
         const bool border = x == 0 || x == bx - 1 || y == 0 || y == by - 1 ||
                             (NDIM == 3 && (z == 0 || z == bz - 1));
         const float value = valid ? __ldg(image + gidx) : 0.0f;
+        const IndexT cell = (IndexT)obj * box_cells + ((IndexT)z * by + y) * bx + x;
         float next = phi;
         if (!prime && valid && !border) {
-            // first and second derivatives, cross terms (the mean curvature numerator)
-            const float xm = tile[cz][cy][cx - 1], xp = tile[cz][cy][cx + 1];
-            const float ym = tile[cz][cy - 1][cx], yp = tile[cz][cy + 1][cx];
-            const float px = (xp - xm) * coef[16], py = (yp - ym) * coef[15];
-            const float pxx = (xp - 2.0f * phi + xm) * coef[19];
-            const float pyy = (yp - 2.0f * phi + ym) * coef[18];
-            const float pyx = (tile[cz][cy + 1][cx + 1] - tile[cz][cy + 1][cx - 1] -
-                               tile[cz][cy - 1][cx + 1] + tile[cz][cy - 1][cx - 1]) * coef[22];
-            float g2, num;
-            if (NDIM == 3) {
-                const float zm = tile[cz - HZ][cy][cx], zp = tile[cz + HZ][cy][cx];
-                const float pz = (zp - zm) * coef[14];
-                const float pzz = (zp - 2.0f * phi + zm) * coef[17];
-                const float pzy = (tile[cz + HZ][cy + 1][cx] - tile[cz + HZ][cy - 1][cx] -
-                                   tile[cz - HZ][cy + 1][cx] + tile[cz - HZ][cy - 1][cx]) * coef[20];
-                const float pzx = (tile[cz + HZ][cy][cx + 1] - tile[cz + HZ][cy][cx - 1] -
-                                   tile[cz - HZ][cy][cx + 1] + tile[cz - HZ][cy][cx - 1]) * coef[21];
-                g2 = pz * pz + py * py + px * px;
-                num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px);
-                num = num - 2.0f * pz * py * pzy;
-                num = num - 2.0f * pz * px * pzx;
-                num = num - 2.0f * py * px * pyx;
-            } else {
-                g2 = py * py + px * px;
-                num = pyy * (g2 - py * py) + pxx * (g2 - px * px);
-                num = num - 2.0f * py * px * pyx;
-            }
-            const float g2e = g2 + 1e-6f;
-            const float kappa_max = coef[7];
-            const float kappa = fminf(fmaxf(num * __frcp_rn(g2e * sqrtf(g2e)), -kappa_max), kappa_max);
-            // Chan-Vese region force from the means of phi^k, clipped to +-max(l1, l2)
-            const float c_in = region_sh[0], c_out = region_sh[1];
-            const float region_max = fmaxf(coef[0], coef[1]);
-            float region = (-coef[0] * (value - c_in) * (value - c_in) + coef[1] * (value - c_out) * (value - c_out))
-                           * region_sh[2];
-            region = fminf(fmaxf(region, -region_max), region_max);
-            // shape prior: the object's fitted prior SDF, evaluated once per fit (ivote_levelset_prior_eval)
-            const float psi = psi_boxes[(IndexT)obj * box_cells + ((IndexT)z * by + y) * bx + x];
-            const float shape = fminf(fmaxf(psi - phi, -1.0f), 1.0f);
-            // overlap with every other object
-            const float others = fminf(fmaxf(canvas_in[gidx] - ivote_heaviside_compact(phi, inv_eps), 0.0f), 1.0f);
-            const float force = coef[2] * kappa + region + coef[3] * shape - coef[4] * others;
-            next = phi + coef[6] * ivote_dirac(phi, coef[5], coef[13]) * force;
+            next = ivote_levelset_next<NDIM>(
+                phi, tile[cz][cy][cx - 1], tile[cz][cy][cx + 1], tile[cz][cy - 1][cx], tile[cz][cy + 1][cx],
+                tile[cz][cy + 1][cx + 1] - tile[cz][cy + 1][cx - 1] - tile[cz][cy - 1][cx + 1] + tile[cz][cy - 1][cx - 1],
+                tile[cz - HZ][cy][cx], tile[cz + HZ][cy][cx],
+                tile[cz + HZ][cy + 1][cx] - tile[cz + HZ][cy - 1][cx] - tile[cz - HZ][cy + 1][cx] + tile[cz - HZ][cy - 1][cx],
+                tile[cz + HZ][cy][cx + 1] - tile[cz + HZ][cy][cx - 1] - tile[cz - HZ][cy][cx + 1] + tile[cz - HZ][cy][cx - 1],
+                value, psi_boxes[cell], canvas_in[gidx], region_sh, coef);
         }
-        phi_out[(IndexT)obj * box_cells + ((IndexT)z * by + y) * bx + x] = next;
-        if (valid) {
-            canvas_zero[gidx] = 0.0f;
-            const float hc = ivote_heaviside_compact(next, inv_eps);
-            if (hc > 0.0f) atomicAdd(canvas_out + gidx, hc);
-            const float h = ivote_heaviside(next, inv_eps);
-            acc_hi = h * value;
-            acc_h = h;
-        }
+        phi_out[cell] = next;
+        if (valid) ivote_levelset_accumulate<IndexT>(next, value, gidx, coef[12], canvas_out, canvas_zero, acc_hi, acc_h);
     }
-    // block reduction of the region sums of phi^(k+1): warp shuffles, then one warp
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        acc_hi += __shfl_down_sync(0xffffffffu, acc_hi, offset);
-        acc_h += __shfl_down_sync(0xffffffffu, acc_h, offset);
-    }
-    if ((tid & 31) == 0) {
-        red[0][tid >> 5] = acc_hi;
-        red[1][tid >> 5] = acc_h;
-    }
+    ivote_levelset_block_sums<NT>(acc_hi, acc_h, red, tid, obj, t == 0, sums_out, sums_zero);
+}
+
+// Asynchronous 4-byte copy global -> shared (cp.async, sm_80+; a plain copy elsewhere) and the wait
+// for all of a thread's copies; __syncthreads() after the wait publishes them to the block.
+__device__ __forceinline__ void ivote_copy_async(float* dst_shared, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int dst;
+    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(dst) : "l"(dst_shared));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+#else
+    *dst_shared = *src;
+#endif
+}
+
+__device__ __forceinline__ void ivote_copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+#ifndef IVOTE_DYNAMIC_SHARED
+#define IVOTE_DYNAMIC_SHARED(name) extern __shared__ float name[]
+#endif
+
+// ivote_levelset_step_march<NT, UNROLL, IndexT>: the same fused 3D iteration as ivote_levelset_step,
+// marching along z (2.5D tiling). A block owns `rows` full-width rows (dims[13]) of `planes`
+// consecutive z-planes (dims[12]) of one object's box; grid (object, chunk), chunk t = z chunk *
+// y_chunks (dims[14]) + y chunk, dims[6] z chunks. Shared memory (dynamic) holds a ring of 4 planes
+// of (rows + 2) x bx values (the rows plus a one-row halo): planes z - 1, z, z + 1 are read while
+// plane z + 2 arrives by cp.async, one __syncthreads per plane. Every phi value is loaded once per
+// chunk (plus the two halo planes and rows), rows are contiguous in memory (coalesced), and
+// nothing is loaded outside the box: the box border is frozen, so no edge replication is needed.
+// Thread tid owns cells tid, tid + NT, ... of the chunk's plane (the loop over them unrolled UNROLL
+// times), the same cells on every plane. Same arguments as ivote_levelset_step.
+template <int NT, int UNROLL, typename IndexT>
+__global__ void __launch_bounds__(NT)
+ivote_levelset_step_march(const float* __restrict__ phi_in, float* __restrict__ phi_out,
+                          const float* __restrict__ image,
+                          const float* __restrict__ canvas_in, float* __restrict__ canvas_out,
+                          float* __restrict__ canvas_zero,
+                          const float* __restrict__ sums_in, float* __restrict__ sums_out,
+                          float* __restrict__ sums_zero,
+                          const float* __restrict__ region_consts, const int* __restrict__ origins,
+                          const float* __restrict__ psi_boxes,
+                          const float* __restrict__ coef, const int* __restrict__ dims, const int prime) {
+    IVOTE_DYNAMIC_SHARED(ring);
+    __shared__ float red[2][NT / 32];
+    __shared__ float region_sh[3];
+
+    const int obj = blockIdx.x;
+    const int bz = dims[0], by = dims[1], bx = dims[2];
+    const int iz = dims[3], iy = dims[4], ix = dims[5];
+    const int planes = dims[12], rows = dims[13], y_chunks = dims[14];
+    const int t = blockIdx.y + gridDim.y * blockIdx.z;
+    if (t >= dims[6] * y_chunks) return;  // whole block: before any __syncthreads
+    const int z_begin = (t / y_chunks) * planes;
+    const int z_end = min(z_begin + planes, bz);
+    const int y0 = (t % y_chunks) * rows;
+    const int rows_here = min(rows, by - y0);
+    const int slot_cells = (rows + 2) * bx;
+    const int tid = threadIdx.x;
+    const IndexT plane_cells = (IndexT)by * bx;
+    const IndexT box_cells = (IndexT)bz * plane_cells;
+    const IndexT box_start = (IndexT)obj * box_cells;
+    // rows y0 - 1 .. y0 + rows_here of the box (those that exist) go to slot rows 0 .. rows + 1
+    const int row_lo = max(y0 - 1, 0), row_hi = min(y0 + rows_here, by - 1);
+    const int load_cells = (row_hi - row_lo + 1) * bx;
+    const int slot_skip = (row_lo - (y0 - 1)) * bx;
+
+    auto load_plane = [&](int z) {
+        if (z < 0 || z >= bz) return;
+        float* dst = ring + (z & 3) * slot_cells + slot_skip;
+        const float* src = phi_in + box_start + (IndexT)z * plane_cells + (IndexT)row_lo * bx;
+        for (int i = tid; i < load_cells; i += NT) ivote_copy_async(dst + i, src + i);
+    };
+    load_plane(z_begin - 1);
+    load_plane(z_begin);
+    load_plane(z_begin + 1);
+    if (tid == 0) ivote_levelset_region_consts(sums_in, region_consts, obj, region_sh);
+
+    // this thread's first cell of the chunk's plane (row of the chunk, x) and the step to its next
+    // one (NT cells further), the same cells on every plane
+    const int chunk_cells = rows_here * bx;
+    const int first_y = tid / bx, first_x = tid - first_y * bx;
+    const int step_y = NT / bx, step_x = NT - step_y * bx;
+    const int oz = origins[3 * obj], oy = origins[3 * obj + 1], ox = origins[3 * obj + 2];
+    const float inv_eps = coef[12];
+    float acc_hi = 0.0f, acc_h = 0.0f;
+    ivote_copy_async_wait();
     __syncthreads();
-    if (tid < 32) {
-        acc_hi = tid < NT / 32 ? red[0][tid] : 0.0f;
-        acc_h = tid < NT / 32 ? red[1][tid] : 0.0f;
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            acc_hi += __shfl_down_sync(0xffffffffu, acc_hi, offset);
-            acc_h += __shfl_down_sync(0xffffffffu, acc_h, offset);
-        }
-        if (tid == 0) {
-            atomicAdd(sums_out + 2 * obj, acc_hi);
-            atomicAdd(sums_out + 2 * obj + 1, acc_h);
-            if (t == 0) {
-                sums_zero[2 * obj] = 0.0f;
-                sums_zero[2 * obj + 1] = 0.0f;
+
+    for (int z = z_begin; z < z_end; ++z) {
+        if (z + 2 <= z_end) load_plane(z + 2);  // for the next plane; its slot held plane z - 2
+        const float* s_m = ring + ((z + 3) & 3) * slot_cells;
+        const float* s_0 = ring + (z & 3) * slot_cells;
+        const float* s_p = ring + ((z + 1) & 3) * slot_cells;
+        const int gz = oz + z;
+        const bool z_ok = gz >= 0 && gz < iz;
+        const bool z_border = z == 0 || z == bz - 1;
+        int cy = first_y, x = first_x;
+#pragma unroll UNROLL
+        for (int i = tid; i < chunk_cells; i += NT) {
+            const int y = y0 + cy;
+            const int c = (cy + 1) * bx + x;  // in the slot
+            const int gy = oy + y, gx = ox + x;
+            const bool valid = z_ok && gy >= 0 && gy < iy && gx >= 0 && gx < ix;
+            const IndexT gidx = valid ? ((IndexT)gz * iy + gy) * ix + gx : (IndexT)0;
+            const bool border = z_border || x == 0 || x == bx - 1 || y == 0 || y == by - 1;
+            const float value = valid ? __ldg(image + gidx) : 0.0f;
+            const IndexT cell = box_start + (IndexT)z * plane_cells + (IndexT)y * bx + x;
+            const float phi = s_0[c];
+            float next = phi;
+            if (!prime && valid && !border) {
+                next = ivote_levelset_next<3>(
+                    phi, s_0[c - 1], s_0[c + 1], s_0[c - bx], s_0[c + bx],
+                    s_0[c + bx + 1] - s_0[c + bx - 1] - s_0[c - bx + 1] + s_0[c - bx - 1],
+                    s_m[c], s_p[c],
+                    s_p[c + bx] - s_p[c - bx] - s_m[c + bx] + s_m[c - bx],
+                    s_p[c + 1] - s_p[c - 1] - s_m[c + 1] + s_m[c - 1],
+                    value, psi_boxes[cell], canvas_in[gidx], region_sh, coef);
+            }
+            phi_out[cell] = next;
+            if (valid) ivote_levelset_accumulate<IndexT>(next, value, gidx, inv_eps, canvas_out, canvas_zero, acc_hi, acc_h);
+            cy += step_y;
+            x += step_x;
+            if (x >= bx) {
+                x -= bx;
+                ++cy;
             }
         }
+        ivote_copy_async_wait();
+        __syncthreads();
     }
+    ivote_levelset_block_sums<NT>(acc_hi, acc_h, red, tid, obj, t == 0, sums_out, sums_zero);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,6 +583,12 @@ template __global__ void ivote_levelset_step<2, 1, 16, 16, int>(const float*, fl
     float*, float*, const float*, float*, float*, const float*, const int*, const float*, const float*, const int*,
     const int);
 template __global__ void ivote_levelset_step<3, 4, 8, 16, long long>(const float*, float*, const float*,
+    const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
+    const float*, const int*, const int);
+template __global__ void ivote_levelset_step_march<256, 1, int>(const float*, float*, const float*,
+    const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
+    const float*, const int*, const int);
+template __global__ void ivote_levelset_step_march<256, 2, long long>(const float*, float*, const float*,
     const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
     const float*, const int*, const int);
 template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float*, const float*,

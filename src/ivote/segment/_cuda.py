@@ -1,5 +1,6 @@
-"""GPU side of the evolution: one fused launch of ``ivote_levelset_step`` per iteration
-for all objects, and device kernels for everything between blocks of iterations.
+"""GPU side of the evolution: one fused launch of ``ivote_levelset_step`` (2D) or
+``ivote_levelset_step_march`` (3D, marching along z) per iteration for all objects,
+and device kernels for everything between blocks of iterations.
 
 Buffers (phi ping-pong, three image-sized overlap canvases and three per-object
 sum buffers rotating with the iteration, the per-box prior ``psi``) are
@@ -23,6 +24,25 @@ __all__ = ["CudaStepper", "TILES"]
 # (TZ, TY, TX) per dimensionality, 256 threads: the fastest of a sweep on an H100 (benchmarks/results/segment.md)
 TILES = {2: (1, 8, 32), 3: (4, 8, 8)}
 _THREADS = 256
+# 3D: the step kernel that marches along z (ivote_levelset_step_march): threads per block, unrolling
+# of its loop over a thread's cells, z-planes per block (a target; the box's planes are split evenly)
+MARCH = {"threads": 256, "unroll": 1, "planes": 10}
+_MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
+
+
+def march_plan(box3, planes: int):
+    """How ``ivote_levelset_step_march`` splits a (bz, by, bx) box: (z chunks, planes per chunk,
+    rows per chunk, y chunks, shared-memory bytes), or None when one row with its halo rows does
+    not fit the ring (very wide boxes: the tiled kernel takes those)."""
+    bz, by, bx = box3
+    rows = min(by, _MARCH_SHARED_BYTES // (16 * bx) - 2)
+    if rows < 1 or bz < 3:
+        return None
+    y_chunks = -(-by // rows)
+    rows = -(-by // y_chunks)
+    z_chunks = -(-bz // max(1, min(int(planes), bz)))
+    planes = -(-bz // z_chunks)
+    return z_chunks, planes, rows, y_chunks, 16 * (rows + 2) * bx
 
 
 class CudaStepper:
@@ -33,7 +53,7 @@ class CudaStepper:
     operations then fall back to the array implementations of the NumPy path.
     """
 
-    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None, tiles=None):
+    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None, tiles=None, march=None):
         xp = get_array_module(batch.valid)
         self.xp = xp
         self.batch = batch
@@ -42,15 +62,27 @@ class CudaStepper:
         n = batch.valid.shape[0]
         box3 = (1,) * (3 - ndim) + tuple(batch.box_shape)
         image3 = (1,) * (3 - ndim) + tuple(batch.image_shape)
-        tz, ty, tx = TILES[ndim] if tiles is None else tiles
-        tiles = tuple(-(-b // t) for b, t in zip(box3, (tz, ty, tx)))
-        self.grid = step_grid(n, tiles[0] * tiles[1] * tiles[2])
-        self.block = (tx, ty, tz)
         self.cells = n * int(np.prod(box3))
         phi_bytes = self.cells * 4
         itype = "long long" if max(phi_bytes * 2, batch.image_size * 8) >= 2**31 else "int"
         self.index = np.int64 if itype == "long long" else np.int32
-        name = f"ivote_levelset_step<{ndim}, {tz}, {ty}, {tx}, {itype}>"
+        # 3D: march along z unless told to tile (tiles given) or the plan does not fit; the
+        # emulated kernel of the tests takes no shared-memory argument: tiled
+        march = dict(MARCH, **(march or {}))
+        plan = march_plan(box3, march["planes"]) if ndim == 3 and tiles is None and kernel is None else None
+        self.shared_bytes = 0
+        if plan is not None:
+            z_chunks, planes, rows, y_chunks, self.shared_bytes = plan
+            tiles, extra = (z_chunks, y_chunks, 1), (planes, rows, y_chunks)
+            self.grid = step_grid(n, z_chunks * y_chunks)
+            self.block = (int(march["threads"]), 1, 1)
+            name = f"ivote_levelset_step_march<{march['threads']}, {march['unroll']}, {itype}>"
+        else:
+            tz, ty, tx = TILES[ndim] if tiles is None else tiles
+            tiles, extra = tuple(-(-b // t) for b, t in zip(box3, (tz, ty, tx))), (0, 0, 0)
+            self.grid = step_grid(n, tiles[0] * tiles[1] * tiles[2])
+            self.block = (tx, ty, tz)
+            name = f"ivote_levelset_step<{ndim}, {tz}, {ty}, {tx}, {itype}>"
         self.kernel_name = name
         self.emulated = kernel is not None
         if kernel is None:
@@ -81,7 +113,7 @@ class CudaStepper:
              1.0 / eps, eps / np.float32(np.pi), 0.5 / hz, 0.5 / hy, 0.5 / hx, 1.0 / hz**2, 1.0 / hy**2, 1.0 / hx**2,
              0.25 / (hz * hy), 0.25 / (hz * hx), 0.25 / (hy * hx)], dtype=np.float32))
         self.dims = xp.asarray(np.array(
-            [*box3, *image3, *tiles, prior.grid_size, prior.n_modes, batch_pose_size(ndim)], dtype=np.int32))
+            [*box3, *image3, *tiles, prior.grid_size, prior.n_modes, batch_pose_size(ndim), *extra], dtype=np.int32))
         origins = np.zeros((n, 3), dtype=np.int32)
         origins[:, 3 - ndim:] = to_host(batch.origins)
         self.origins = xp.asarray(origins)
@@ -160,12 +192,13 @@ class CudaStepper:
     def _launch(self, k: int, phi_in, phi_out, prime: bool):
         """Launch iteration k (prime: k = 0, copy and accumulate only)."""
         c, s = self.canvas, self.sums
-        self.kernel(
-            self.grid, self.block,
-            (phi_in, phi_out, self.image, c[k % 3], c[(k + 1) % 3], c[(k + 2) % 3],
-             s[k % 3], s[(k + 1) % 3], s[(k + 2) % 3], self.region_consts, self.origins, self.psi,
-             self.coef, self.dims, np.int32(1 if prime else 0)),
-        )
+        args = (phi_in, phi_out, self.image, c[k % 3], c[(k + 1) % 3], c[(k + 2) % 3],
+                s[k % 3], s[(k + 1) % 3], s[(k + 2) % 3], self.region_consts, self.origins, self.psi,
+                self.coef, self.dims, np.int32(1 if prime else 0))
+        if self.shared_bytes:
+            self.kernel(self.grid, self.block, args, shared_mem=self.shared_bytes)
+        else:
+            self.kernel(self.grid, self.block, args)
 
     def _enqueue(self, count: int):
         """Zero the accumulators, prime from phi[0], then ``count`` steps; returns the output index."""

@@ -167,7 +167,8 @@ def _union_mask(labels, a, b, boxes):
     return union[tuple(slice(int(i.min()), int(i.max()) + 1) for i in nonzero)]
 
 
-def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95, boxes=None, sizes=None):
+def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95, boxes=None, sizes=None,
+                        mark=None):
     """Relabel ``labels`` (NumPy or CuPy) so that convex, small-enough touching pairs become one object.
 
     ``max_volume`` is in pixels. Each object merges at most once (with the partner giving the
@@ -176,11 +177,14 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
     that only those are searched for a candidate pair's pixels; ``sizes``: optional host
     array of every label's pixel count (index = label), found by a bincount otherwise.
     The convex hulls of the candidate pairs are computed on a few threads (qhull and
-    NumPy release the GIL).
+    NumPy release the GIL). ``mark``: optional ``mark(phase)`` called at the end of each
+    phase (profiling).
     """
+    mark = mark if mark is not None else (lambda phase: None)
     xp = get_array_module(labels)
     n = len(sizes) - 1 if sizes is not None else int(labels.max())
     pairs = _touching_pairs(labels, n)
+    mark("merge: touching pairs")
     if len(pairs) == 0:
         return labels
     if sizes is None:
@@ -195,7 +199,9 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
         if min(union.shape) < 2:
             continue
         unions.append((int(a), int(b), union))
+    mark("merge: union masks")
     values = _solidities([u for _, _, u in unions])
+    mark("merge: hulls")
     candidates = [(value, a, b) for (a, b, _), value in zip(unions, values)
                   if value is not None and value >= min_solidity]
     if not candidates:

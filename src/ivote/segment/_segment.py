@@ -539,7 +539,8 @@ def segment_nuclei(
             sizes = _object_sizes(labels, batch, xp)
         origins = to_host(batch.origins)
         labels = merge_split_objects(labels, max_volume=max_volume_pixels(radius, spacing),
-                                     min_solidity=merge_solidity, boxes=(origins, batch.box_shape), sizes=sizes)
+                                     min_solidity=merge_solidity, boxes=(origins, batch.box_shape), sizes=sizes,
+                                     mark=timer.mark if timer.active else None)
         timer.mark("merge")
     timer.finish()
     return labels
