@@ -138,3 +138,37 @@ def test_3d_marching_kernel_matches_tiled_kernel():
     assert moved > 0.1
     for key in ("march", "march, one chunk"):
         np.testing.assert_allclose(results[key], results["tiled"], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_device_fit_matches_numpy(ndim):
+    """The shape-prior fit on the device (moments kernel, Jacobi eigen-decomposition per object)
+    against _shape_prior.fit_poses: the same centres, scales and mode weights; the rotations may
+    differ in the signs of the axes, so the fitted priors are compared."""
+    from ivote._backend import default_xp
+    from ivote.segment import _segment
+    from ivote.segment._cuda import CudaStepper
+    from ivote.segment._shape_prior import fit_poses, moment_features, pose_size, prior_sdf
+
+    xp = default_xp()
+    shape, spacing = ((160, 160), (1.0, 1.0)) if ndim == 2 else ((24, 64, 64), (2.0, 0.5, 0.5))
+    image, _, centers, spacing, radius = synthetic_nuclei(shape, spacing=spacing, radius=6, seed=4)
+    seeds = np.concatenate([centers, np.zeros((1, ndim))])  # a box that leaves the image
+    h = min(spacing)
+    spacing_n = tuple(s / h for s in spacing)
+    normalised = _segment._normalise(xp.asarray(image, dtype=xp.float32), "bright", xp)
+    batch = _segment._build_batch(normalised, seeds, radius / h, spacing_n, dict(_segment.DEFAULT_WEIGHTS), 1.5, xp)
+    phi = to_host(_segment._initial_level_sets(seeds, batch, 0.5 * radius / h, xp))
+    phi = (phi + np.random.default_rng(0).normal(scale=0.7, size=phi.shape)).astype(np.float32)
+    phi[1] = -1.0  # a vanished object
+    valid = to_host(batch.valid)
+    expected = fit_poses((phi > 0) & valid, moment_features(batch.box_shape, batch.spacing, np), batch.spacing,
+                         batch.prior, np)
+    got = to_host(CudaStepper(batch, block_length=10).fit(xp.asarray(phi)))
+    k = ndim + ndim * ndim  # centre, rotation | scale, weights
+    assert got.shape == expected.shape == (len(seeds), pose_size(ndim))
+    np.testing.assert_allclose(got[:, :ndim], expected[:, :ndim], atol=1e-4)
+    np.testing.assert_allclose(got[:, k:], expected[:, k:], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(np.abs(got[:, ndim:k]), np.abs(expected[:, ndim:k]), atol=1e-3)
+    np.testing.assert_allclose(prior_sdf(got, batch.box_shape, batch.spacing, batch.prior, np),
+                               prior_sdf(expected, batch.box_shape, batch.spacing, batch.prior, np), atol=1e-3)

@@ -455,6 +455,150 @@ __global__ void ivote_levelset_prior_eval(float* __restrict__ psi, const float* 
     }
 }
 
+// ivote_levelset_moments<NDIM, NT, IndexT>: the moments of every object's mask (phi > 0 and in the
+// image) for the shape-prior fit, as _shape_prior.fit_poses computes them with one GEMM:
+// moments[obj] = sum over inside cells of [1, r_j, r_j r_k (j <= k)], r the box-centred physical
+// position (spacing fit_consts[0..2] = hz, hy, hx in double), accumulated in double. Grid (object,
+// chunk of cells_per_block cells); moments zeroed by the caller.
+template <int NDIM, int NT, typename IndexT>
+__global__ void __launch_bounds__(NT)
+ivote_levelset_moments(const float* __restrict__ phi, const int* __restrict__ origins,
+                       const int* __restrict__ dims, const double* __restrict__ fit_consts,
+                       double* __restrict__ moments, const int cells_per_block) {
+    constexpr int M = 1 + NDIM + NDIM * (NDIM + 1) / 2;
+    __shared__ double red[M][NT / 32];
+    const int obj = blockIdx.x;
+    const int bz = dims[0], by = dims[1], bx = dims[2];
+    const int box_cells = bz * by * bx;
+    const int begin = blockIdx.y * cells_per_block, end = min(begin + cells_per_block, box_cells);
+    const float* phi_box = phi + (IndexT)obj * box_cells;
+    const double hz = fit_consts[0], hy = fit_consts[1], hx = fit_consts[2];
+    double acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0;
+    for (int c = begin + (int)threadIdx.x; c < end; c += NT) {
+        const int x = c % bx, y = (c / bx) % by, z = c / (bx * by);
+        if (!(phi_box[c] > 0.0f) || !ivote_levelset_valid(origins, dims, obj, z, y, x)) continue;
+        double r[NDIM];
+        if (NDIM == 3) r[0] = ((double)z - 0.5 * (double)(bz - 1)) * hz;
+        r[NDIM - 2] = ((double)y - 0.5 * (double)(by - 1)) * hy;
+        r[NDIM - 1] = ((double)x - 0.5 * (double)(bx - 1)) * hx;
+        acc[0] += 1.0;
+        int col = 1 + NDIM;
+#pragma unroll
+        for (int j = 0; j < NDIM; ++j) {
+            acc[1 + j] += r[j];
+#pragma unroll
+            for (int k = j; k < NDIM; ++k) acc[col++] += r[j] * r[k];
+        }
+    }
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        double v = acc[m];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+        if ((tid & 31) == 0) red[m][tid >> 5] = v;
+    }
+    __syncthreads();
+    if (tid < M) {
+        double v = 0.0;
+        for (int w = 0; w < NT / 32; ++w) v += red[tid][w];
+        if (v != 0.0) atomicAdd(moments + (IndexT)obj * M + tid, v);
+    }
+}
+
+// ivote_levelset_pose<NDIM>: one thread per object, the rest of _shape_prior.fit_poses in double:
+// centre and second moments (plus h^2/12 on the diagonal), eigen-decomposition by cyclic Jacobi
+// rotations (eigenvalues ascending, eigenvectors the columns of R), semi-axes sqrt((NDIM + 2) l),
+// scale (their geometric mean), mode weights by the prior's regression on the log axis ratios,
+// clipped to +-2 sigma; a vanished object (mass < 1) gets scale min(h) / 2 and no mode weights.
+// fit_consts: hz, hy, hx, then 2 sigma (K), then the regression (K x (NDIM + 1), row-major).
+// pose rows (float): centre (NDIM), R (NDIM x NDIM, row-major), scale, weights (K).
+template <int NDIM>
+__global__ void ivote_levelset_pose(const double* __restrict__ moments, const double* __restrict__ fit_consts,
+                                    float* __restrict__ pose, const int n_objects, const int K) {
+    constexpr int M = 1 + NDIM + NDIM * (NDIM + 1) / 2;
+    const int obj = blockIdx.x * blockDim.x + threadIdx.x;
+    if (obj >= n_objects) return;
+    const double* m = moments + (size_t)obj * M;
+    const double* h = fit_consts + (3 - NDIM);
+    const double mass = m[0], safe = fmax(mass, 1.0);
+    double centre[NDIM], a[NDIM][NDIM], v[NDIM][NDIM];
+    for (int j = 0; j < NDIM; ++j) centre[j] = m[1 + j] / safe;
+    int col = 1 + NDIM;
+    for (int j = 0; j < NDIM; ++j)
+        for (int k = j; k < NDIM; ++k) {
+            const double value = m[col++] / safe - centre[j] * centre[k];
+            a[j][k] = value;
+            a[k][j] = value;
+        }
+    for (int j = 0; j < NDIM; ++j) {
+        a[j][j] += h[j] * h[j] / 12.0;
+        for (int k = 0; k < NDIM; ++k) v[j][k] = j == k ? 1.0 : 0.0;
+    }
+    for (int sweep = 0; sweep < 32; ++sweep) {
+        double off = 0.0, diag = 0.0;
+        for (int j = 0; j < NDIM; ++j) {
+            diag += a[j][j] * a[j][j];
+            for (int k = j + 1; k < NDIM; ++k) off += a[j][k] * a[j][k];
+        }
+        if (!(off > 1e-30 * diag)) break;
+        for (int p = 0; p < NDIM - 1; ++p)
+            for (int q = p + 1; q < NDIM; ++q) {
+                if (a[p][q] == 0.0) continue;
+                const double theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                const double t = (theta >= 0.0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                const double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
+                for (int k = 0; k < NDIM; ++k) {  // A <- A J (columns p, q)
+                    const double akp = a[k][p], akq = a[k][q];
+                    a[k][p] = c * akp - s * akq;
+                    a[k][q] = s * akp + c * akq;
+                }
+                for (int k = 0; k < NDIM; ++k) {  // A <- J^T A (rows p, q)
+                    const double apk = a[p][k], aqk = a[q][k];
+                    a[p][k] = c * apk - s * aqk;
+                    a[q][k] = s * apk + c * aqk;
+                }
+                for (int k = 0; k < NDIM; ++k) {  // V <- V J
+                    const double vkp = v[k][p], vkq = v[k][q];
+                    v[k][p] = c * vkp - s * vkq;
+                    v[k][q] = s * vkp + c * vkq;
+                }
+            }
+    }
+    int order[NDIM];
+    for (int j = 0; j < NDIM; ++j) order[j] = j;
+    for (int j = 1; j < NDIM; ++j)  // ascending eigenvalues (insertion sort)
+        for (int k = j; k > 0 && a[order[k]][order[k]] < a[order[k - 1]][order[k - 1]]; --k) {
+            const int swap = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = swap;
+        }
+    double semi[NDIM], log_mean = 0.0;
+    for (int j = 0; j < NDIM; ++j) {
+        semi[j] = sqrt((NDIM + 2) * fmax(a[order[j]][order[j]], 1e-6));
+        log_mean += log(semi[j]);
+    }
+    double scale = exp(log_mean / NDIM);
+    const bool empty = mass < 1.0;
+    float* out = pose + (size_t)obj * (NDIM + NDIM * NDIM + 1 + K);
+    for (int j = 0; j < NDIM; ++j) out[j] = (float)centre[j];
+    for (int i = 0; i < NDIM; ++i)
+        for (int j = 0; j < NDIM; ++j) out[NDIM + i * NDIM + j] = (float)v[i][order[j]];
+    const double* bound = fit_consts + 3;
+    const double* regression = fit_consts + 3 + K;
+    for (int k = 0; k < K; ++k) {
+        double w = regression[k * (NDIM + 1) + NDIM];
+        for (int j = 0; j < NDIM; ++j) w += log(semi[j] / scale) * regression[k * (NDIM + 1) + j];
+        w = fmin(fmax(w, -bound[k]), bound[k]);
+        out[NDIM + NDIM * NDIM + 1 + k] = empty ? 0.0f : (float)w;
+    }
+    double h_min = h[0];
+    for (int j = 1; j < NDIM; ++j) h_min = fmin(h_min, h[j]);
+    out[NDIM + NDIM * NDIM] = (float)(empty ? 0.5 * h_min : scale);
+}
+
 // ivote_levelset_edt_x<IndexT>: first pass of the exact distance transforms of every box
 // (reinitialisation). inside = phi > 0 and in the image; per cell, along its x line of the box:
 // g_in = squared distance to the nearest outside cell, g_out = to the nearest inside cell
@@ -591,6 +735,12 @@ template __global__ void ivote_levelset_step_march<256, 1, int>(const float*, fl
 template __global__ void ivote_levelset_step_march<256, 2, long long>(const float*, float*, const float*,
     const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
     const float*, const int*, const int);
+template __global__ void ivote_levelset_moments<3, 256, int>(const float*, const int*, const int*, const double*,
+                                                             double*, const int);
+template __global__ void ivote_levelset_moments<2, 256, long long>(const float*, const int*, const int*,
+                                                                   const double*, double*, const int);
+template __global__ void ivote_levelset_pose<3>(const double*, const double*, float*, const int, const int);
+template __global__ void ivote_levelset_pose<2>(const double*, const double*, float*, const int, const int);
 template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float*, const float*,
                                                            const int*, const int);
 template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float*, const float*,

@@ -28,6 +28,7 @@ _THREADS = 256
 # of its loop over a thread's cells, z-planes per block (a target; the box's planes are split evenly)
 MARCH = {"threads": 256, "unroll": 1, "planes": 10}
 _MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
+_MOMENT_CELLS = 8192  # box cells per block of the moments kernel
 
 
 def march_plan(box3, planes: int):
@@ -91,6 +92,8 @@ class CudaStepper:
                 "prior": f"ivote_levelset_prior_eval<{ndim}, {itype}>",
                 "edt_x": f"ivote_levelset_edt_x<{itype}>",
                 "label": f"ivote_levelset_label_max<{itype}>",
+                "moments": f"ivote_levelset_moments<{ndim}, {_THREADS}, {itype}>",
+                "pose": f"ivote_levelset_pose<{ndim}>",
             }
             if ndim == 3:
                 names["edt_y"] = f"ivote_levelset_edt_pass<3, 1, false, {itype}>"
@@ -118,6 +121,15 @@ class CudaStepper:
         origins[:, 3 - ndim:] = to_host(batch.origins)
         self.origins = xp.asarray(origins)
         self.templates = xp.asarray(prior.templates)
+        # the fit on the device: spacing (double), 2 sigma and the regression of the mode weights
+        self.fit_consts = xp.asarray(np.concatenate(
+            [np.asarray(h3, dtype=np.float64), 2.0 * np.asarray(prior.sigma, dtype=np.float64),
+             np.asarray(prior.regression, dtype=np.float64).ravel()]))
+        n_moments = 1 + ndim + ndim * (ndim + 1) // 2
+        self._moments = xp.zeros((n, n_moments), dtype=xp.float64)
+        self._pose = xp.zeros((n, batch_pose_size(ndim)), dtype=xp.float32)
+        box_cells = int(np.prod(box3))
+        self._moment_grid = (n, -(-box_cells // _MOMENT_CELLS), 1)
         self.image = xp.ascontiguousarray(batch.image, dtype=xp.float32)
         self.region_consts = xp.ascontiguousarray(xp.stack([batch.sum_image, batch.n_valid], axis=1), dtype=xp.float32)
         self.phi = [xp.empty(batch.valid.shape, dtype=xp.float32) for _ in range(2)]
@@ -135,6 +147,27 @@ class CudaStepper:
         self._flat_grid = (int(min(blocks, 1 << 20)), 1, 1)
 
     # -- the shape prior, once per fit -------------------------------------------------------
+    def fit(self, phi):
+        """Every object's pose, scale and mode weights from its mask ``phi > 0`` (in the image):
+        ``_shape_prior.fit_poses`` in two launches (moments, then one thread per object) and
+        no host round trip. Eigenvectors may differ from LAPACK's in sign (the prior is
+        symmetric) or, for equal eigenvalues, in any rotation of their plane."""
+        xp = self.xp
+        if self.emulated:
+            from ._shape_prior import fit_poses, moment_features
+
+            b = self.batch
+            return fit_poses((phi > 0) & b.valid, moment_features(b.box_shape, b.spacing, xp), b.spacing, b.prior, xp)
+        phi = xp.ascontiguousarray(phi, dtype=xp.float32)
+        self._moments.fill(0)
+        self.kernels["moments"](self._moment_grid, (_THREADS, 1, 1),
+                                (phi, self.origins, self.dims, self.fit_consts, self._moments, np.int32(_MOMENT_CELLS)))
+        n = self._pose.shape[0]
+        self.kernels["pose"]((-(-n // 128), 1, 1), (128, 1, 1),
+                             (self._moments, self.fit_consts, self._pose, np.int32(n), np.int32(self.batch.prior.n_modes)))
+        return self._pose
+
+
     def prior(self, pose):
         """Evaluate every object's fitted prior on its box into ``self.psi`` (read by the step)."""
         xp = self.xp

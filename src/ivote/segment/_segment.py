@@ -466,12 +466,13 @@ def segment_nuclei(
     normalised = _normalise(image, polarity, xp)
     batch = _build_batch(normalised, seeds, radius_n, spacing_n, weights, box_factor, xp)
     phi = _initial_level_sets(seeds, batch, init_radius * radius_n, xp)
-    features = moment_features(batch.box_shape, batch.spacing, xp)
     clip = max(3.0, 0.5 * radius_n)
 
     if xp is np:
         from ._reference import step
         from ._shape_prior import prior_sdf
+
+        features = moment_features(batch.box_shape, batch.spacing, xp)
 
         def set_prior(pose):
             return prior_sdf(pose, batch.box_shape, batch.spacing, batch.prior, np)
@@ -486,6 +487,9 @@ def segment_nuclei(
 
         def final_labels(phi):
             return _labels(phi, batch, xp)
+
+        def fit(phi):
+            return fit_poses((phi > 0) & batch.valid, features, batch.spacing, batch.prior, xp)
     else:
         from ._cuda import CudaStepper
 
@@ -499,6 +503,7 @@ def segment_nuclei(
             return stepper.reinitialise(phi, clip)
 
         final_labels = stepper.labels
+        fit = stepper.fit
     timer.mark("set-up")
 
     # the convergence count needs the host (one small read per block): only when it is used
@@ -510,8 +515,7 @@ def segment_nuclei(
         if done > 0:
             phi = reinitialise(phi)
             timer.mark("reinitialise")
-        pose = fit_poses((phi > 0) & batch.valid, features, batch.spacing, batch.prior, xp)
-        psi = set_prior(pose)
+        psi = set_prior(fit(phi))
         timer.mark("fit + prior")
         phi = advance(phi, psi, count)
         done += count
