@@ -208,3 +208,29 @@ def test_3d_hull_count_matches_scikit_image():
             continue
         expected = mask.sum() / convex_hull_image(mask).sum()
         assert solidity(mask) == pytest.approx(expected, abs=1e-12)
+
+
+def test_merge_pair_solidities_device_path_matches_host(monkeypatch):
+    """The GPU branch of the merge (facets on threads, counts in one batched call) gives the
+    host branch's solidities; the batched count is emulated by the NumPy line count."""
+    import types
+
+    from ivote.segment import _merge
+
+    rng = np.random.default_rng(2)
+    masks = []
+    while len(masks) < 5:
+        shape = tuple(int(v) for v in rng.integers(5, 16, size=3))
+        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
+        mask = np.zeros(shape, dtype=bool)
+        for _ in range(2):
+            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(1.5, 5, 3)
+            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
+        if mask.sum() >= 10:
+            masks.append(mask)
+    masks.append(np.ones((1, 4, 4), dtype=bool))  # flat: no hull
+    fake_xp = types.ModuleType("numpy_as_device")
+    monkeypatch.setattr(_merge, "_device_hull_counts", lambda equations, shapes, xp: np.array(
+        [_merge._count_in_hull_3d(e, s) for e, s in zip(equations, shapes)]))
+    assert _merge._pair_solidities(masks, fake_xp) == _merge._pair_solidities(masks, np)
+    assert _merge._pair_solidities(masks, np)[-1] is None

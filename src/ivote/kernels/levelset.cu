@@ -722,6 +722,47 @@ __global__ void ivote_levelset_label_max(const float* __restrict__ phi, const in
     }
 }
 
+// ivote_levelset_hull_count: voxels inside many 3D convex hulls (the merge's solidity test), as
+// _merge._count_in_hull_3d counts them: one thread per (hull h, z, y) line of hull h's
+// (nz, ny, nx) grid (shapes[3h..]); the line's x interval is bounded by every facet equation
+// n . p + d < 1e-10 (equations[4f..], facets facet_start[h] .. facet_start[h + 1]): c x + rest
+// with rest = (z n_z + y n_y) + d, x < (1e-10 - rest) / c for c > 0, x > ... for c < 0, rest < 1e-10
+// for |c| < 1e-12. Rounded operations (no fused multiply-adds): the same doubles as NumPy.
+// Lines of hull h: line_start[h] .. line_start[h + 1]; counts[h] += the line's voxels.
+__global__ void ivote_levelset_hull_count(const double* __restrict__ equations, const int* __restrict__ facet_start,
+                                          const int* __restrict__ line_start, const int* __restrict__ shapes,
+                                          unsigned long long* __restrict__ counts, const int n_hulls,
+                                          const int total_lines) {
+    const double tolerance = 1e-10;
+    for (int line = blockIdx.x * blockDim.x + threadIdx.x; line < total_lines; line += gridDim.x * blockDim.x) {
+        int h = 0, upper = n_hulls;  // the last hull whose first line is <= line
+        while (upper - h > 1) {
+            const int mid = (h + upper) / 2;
+            if (line_start[mid] <= line) h = mid;
+            else upper = mid;
+        }
+        const int ny = shapes[3 * h + 1], nx = shapes[3 * h + 2];
+        const int local = line - line_start[h];
+        const double z = (double)(local / ny), y = (double)(local % ny);
+        double lo = 0.0, hi = (double)(nx - 1);
+        bool ok = true;
+        for (int f = facet_start[h]; f < facet_start[h + 1]; ++f) {
+            const double* e = equations + 4 * f;
+            const double rest = __dadd_rn(__dadd_rn(__dmul_rn(z, e[0]), __dmul_rn(y, e[1])), e[3]);
+            const double c = e[2];
+            if (fabs(c) < 1e-12) {
+                ok = ok && rest < tolerance;
+            } else {
+                const double bound = __ddiv_rn(__dsub_rn(tolerance, rest), c);
+                if (c > 0.0) hi = fmin(hi, ceil(bound) - 1.0);
+                else lo = fmax(lo, floor(bound) + 1.0);
+            }
+        }
+        const double inside = ok ? fmax(hi - lo + 1.0, 0.0) : 0.0;
+        if (inside > 0.0) atomicAdd(counts + h, (unsigned long long)inside);
+    }
+}
+
 #ifdef IVOTE_NVCC_CHECK
 template __global__ void ivote_levelset_step<2, 1, 16, 16, int>(const float*, float*, const float*, const float*,
     float*, float*, const float*, float*, float*, const float*, const int*, const float*, const float*, const int*,

@@ -63,18 +63,14 @@ def _non_vertex_ends(any_x, first, last, axis):
     return drop_first, drop_last
 
 
-def _hull_count_3d(mask: np.ndarray) -> int:
-    """Voxels of ``skimage.morphology.convex_hull_image(mask)`` (3D), counted line by line.
-
-    The same hull (of the voxels' face centres, as scikit-image builds it, but only of the
-    first and last voxel of every x line that can be a vertex of their hull, which spans the
-    same hull) and the same inclusion test (every facet equation below 1e-10 at the voxel),
-    solved for the interval of x on each (z, y) line instead of testing every voxel against
-    every facet.
-    """
+def _hull_equations_3d(mask: np.ndarray) -> np.ndarray:
+    """(F, 4) facet equations (n . p + d <= 0 inside, one per plane) of the hull that
+    ``skimage.morphology.convex_hull_image(mask)`` (3D) builds: that of the voxels' face
+    centres, but only of the first and last voxel of every x line that can be a vertex of
+    their hull (which spans the same hull)."""
     from scipy.spatial import ConvexHull
 
-    nz, ny, nx = mask.shape
+    nx = mask.shape[2]
     any_x = mask.any(axis=2)
     first = np.argmax(mask, axis=2)
     last = nx - 1 - np.argmax(mask[:, :, ::-1], axis=2)
@@ -95,11 +91,21 @@ def _hull_count_3d(mask: np.ndarray) -> int:
     size = 2 * np.asarray(mask.shape, dtype=np.int64) + 3
     codes = np.unique((doubled[:, 0] * size[1] + doubled[:, 1]) * size[2] + doubled[:, 2])
     coords = np.stack([codes // (size[1] * size[2]), (codes // size[2]) % size[1], codes % size[2]], 1)
-    equations = ConvexHull(0.5 * (coords - 1).astype(np.float64)).equations  # (F, 4): n . p + d <= 0 inside
+    equations = ConvexHull(0.5 * (coords - 1).astype(np.float64)).equations
     # qhull triangulates: coplanar facets repeat one plane (to rounding), keep one of each
     _, first_of_plane = np.unique(np.round(equations, 8), axis=0, return_index=True)
-    equations = equations[np.sort(first_of_plane)]
-    tolerance = 1e-10
+    return np.ascontiguousarray(equations[np.sort(first_of_plane)])
+
+
+HULL_TOLERANCE = 1e-10  # scikit-image's inclusion test: every facet equation below this at the voxel
+
+
+def _count_in_hull_3d(equations: np.ndarray, shape) -> int:
+    """Voxels of a (nz, ny, nx) grid inside the hull of ``equations`` (every facet equation
+    below the tolerance), solved for the interval of x on each (z, y) line instead of testing
+    every voxel against every facet. ``ivote_levelset_hull_count`` (levelset.cu) evaluates the
+    same expressions in the same order on the GPU."""
+    nz, ny, nx = shape
     z = np.arange(nz, dtype=np.float64)[:, None, None]
     y = np.arange(ny, dtype=np.float64)[None, :, None]
 
@@ -114,11 +120,34 @@ def _hull_count_3d(mask: np.ndarray) -> int:
     lo = np.full((nz, ny), 0.0)
     hi = np.full((nz, ny), nx - 1.0)
     if pos.any():  # x < bound: the largest integer strictly below
-        hi = np.minimum(hi, np.ceil((tolerance - rest_of(pos)) / c[pos]).min(axis=-1) - 1)
+        hi = np.minimum(hi, np.ceil((HULL_TOLERANCE - rest_of(pos)) / c[pos]).min(axis=-1) - 1)
     if neg.any():
-        lo = np.maximum(lo, np.floor((tolerance - rest_of(neg)) / c[neg]).max(axis=-1) + 1)
-    ok = np.all(rest_of(flat) < tolerance, axis=-1) if flat.any() else np.ones((nz, ny), dtype=bool)
+        lo = np.maximum(lo, np.floor((HULL_TOLERANCE - rest_of(neg)) / c[neg]).max(axis=-1) + 1)
+    ok = np.all(rest_of(flat) < HULL_TOLERANCE, axis=-1) if flat.any() else np.ones((nz, ny), dtype=bool)
     return int(np.where(ok, np.clip(hi - lo + 1, 0, None), 0).sum())
+
+
+def _hull_count_3d(mask: np.ndarray) -> int:
+    """Voxels of ``skimage.morphology.convex_hull_image(mask)`` (3D), counted line by line."""
+    return _count_in_hull_3d(_hull_equations_3d(mask), mask.shape)
+
+
+def _device_hull_counts(equations, shapes, xp) -> np.ndarray:
+    """:func:`_count_in_hull_3d` for many hulls in one launch of ``ivote_levelset_hull_count``
+    (one thread per (hull, z, y) line, the same double-precision expressions)."""
+    from .._backend import load_module
+
+    kernel = load_module("levelset", name_expressions=("ivote_levelset_hull_count",)).get_function(
+        "ivote_levelset_hull_count")
+    facet_start = np.concatenate([[0], np.cumsum([len(e) for e in equations])]).astype(np.int32)
+    line_start = np.concatenate([[0], np.cumsum([s[0] * s[1] for s in shapes])]).astype(np.int32)
+    total = int(line_start[-1])
+    counts = xp.zeros(len(shapes), dtype=xp.uint64)
+    args = (xp.asarray(np.concatenate(equations).astype(np.float64)), xp.asarray(facet_start), xp.asarray(line_start),
+            xp.asarray(np.asarray(shapes, dtype=np.int32).reshape(-1)), counts, np.int32(len(shapes)),
+            np.int32(total))
+    kernel((max(1, min(-(-total // 128), 4096)),), (128,), args)
+    return to_host(counts).astype(np.int64)
 
 
 def solidity(mask: np.ndarray) -> float:
@@ -139,32 +168,73 @@ def _safe_solidity(mask):
         return None
 
 
-def _solidities(masks):
-    if len(masks) < 3:
-        return [_safe_solidity(m) for m in masks]
+def _pair_region(shape, a, b, boxes):
+    """Slices of the image that hold labels a and b (their boxes' union), or all of it."""
+    if boxes is None:
+        return tuple(slice(None) for _ in shape)
+    origins, box_shape = boxes
+    return tuple(
+        slice(max(0, min(origins[a - 1][j], origins[b - 1][j])),
+              max(0, min(shape[j], max(origins[a - 1][j], origins[b - 1][j]) + box_shape[j])))
+        for j in range(len(shape)))
+
+
+def _union_masks(labels, pairs, boxes):
+    """Host crops of (labels == a) | (labels == b) for every pair (a, b), tight around each
+    union: built on the labels' backend and brought to the host in one transfer."""
+    xp = get_array_module(labels)
+    if len(pairs) == 0:
+        return []
+    regions = [_pair_region(labels.shape, a, b, boxes) for a, b in pairs]
+    flat = []
+    for (a, b), region in zip(pairs, regions):
+        crop = labels[region]
+        flat.append(((crop == a) | (crop == b)).ravel())
+    host = to_host(xp.concatenate(flat))
+    masks, start = [], 0
+    for part, region in zip(flat, regions):
+        shape = tuple(len(range(*r.indices(n))) for r, n in zip(region, labels.shape))
+        union = host[start : start + part.size].reshape(shape)
+        start += part.size
+        nonzero = np.nonzero(union)
+        if len(nonzero[0]) == 0:
+            masks.append(union[(slice(0, 0),) * labels.ndim])
+        else:
+            masks.append(union[tuple(slice(int(i.min()), int(i.max()) + 1) for i in nonzero)])
+    return masks
+
+
+def _safe_equations(mask):
+    try:
+        return _hull_equations_3d(mask)
+    except Exception:  # degenerate hull (flat objects)
+        return None
+
+
+def _threaded(function, items):
+    if len(items) < 3:
+        return [function(item) for item in items]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1, len(masks)))) as pool:
-        return list(pool.map(_safe_solidity, masks))
+    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1, len(items)))) as pool:
+        return list(pool.map(function, items))
 
 
-def _union_mask(labels, a, b, boxes):
-    """Host crop of (labels == a) | (labels == b), tight around the union."""
-    xp = get_array_module(labels)
-    if boxes is None:
-        region = tuple(slice(None) for _ in range(labels.ndim))
-    else:
-        origins, box_shape = boxes
-        region = tuple(
-            slice(max(0, min(origins[a - 1][j], origins[b - 1][j])),
-                  max(0, min(labels.shape[j], max(origins[a - 1][j], origins[b - 1][j]) + box_shape[j])))
-            for j in range(labels.ndim))
-    crop = labels[region]
-    union = to_host(((crop == a) | (crop == b)).astype(xp.uint8)).astype(bool)
-    nonzero = np.nonzero(union)
-    if len(nonzero[0]) == 0:
-        return union[(slice(0, 0),) * labels.ndim]
-    return union[tuple(slice(int(i.min()), int(i.max()) + 1) for i in nonzero)]
+def _pair_solidities(masks, xp):
+    """Solidity of every union mask (None where its hull is degenerate). 3D unions on the GPU:
+    the hulls' facets on host threads (qhull), the voxel counts in one kernel launch."""
+    if not masks:
+        return []
+    if masks[0].ndim != 3 or xp is np:
+        return _threaded(_safe_solidity, masks)
+    equations = _threaded(_safe_equations, masks)
+    ok = [k for k, e in enumerate(equations) if e is not None]
+    values = [None] * len(masks)
+    if ok:
+        counts = _device_hull_counts([equations[k] for k in ok], [masks[k].shape for k in ok], xp)
+        for k, count in zip(ok, counts):
+            values[k] = float(masks[k].sum()) / max(float(count), 1.0)
+    return values
 
 
 def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95, boxes=None, sizes=None,
@@ -177,7 +247,7 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
     that only those are searched for a candidate pair's pixels; ``sizes``: optional host
     array of every label's pixel count (index = label), found by a bincount otherwise.
     The convex hulls of the candidate pairs are computed on a few threads (qhull and
-    NumPy release the GIL). ``mark``: optional ``mark(phase)`` called at the end of each
+    NumPy release the GIL); on the GPU, their 3D voxel counts in one kernel launch. ``mark``: optional ``mark(phase)`` called at the end of each
     phase (profiling).
     """
     mark = mark if mark is not None else (lambda phase: None)
@@ -191,16 +261,11 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
         sizes = to_host(xp.bincount(labels.ravel(), minlength=n + 1))
     if boxes is not None:
         boxes = (np.asarray(to_host(boxes[0])), tuple(boxes[1]))
-    unions = []
-    for a, b in pairs:
-        if sizes[a] + sizes[b] > max_volume:
-            continue
-        union = _union_mask(labels, int(a), int(b), boxes)
-        if min(union.shape) < 2:
-            continue
-        unions.append((int(a), int(b), union))
+    small = [(int(a), int(b)) for a, b in pairs if sizes[a] + sizes[b] <= max_volume]
+    unions = [(a, b, union) for (a, b), union in zip(small, _union_masks(labels, small, boxes))
+              if min(union.shape) >= 2]
     mark("merge: union masks")
-    values = _solidities([u for _, _, u in unions])
+    values = _pair_solidities([u for _, _, u in unions], xp)
     mark("merge: hulls")
     candidates = [(value, a, b) for (a, b, _), value in zip(unions, values)
                   if value is not None and value >= min_solidity]
