@@ -191,21 +191,28 @@ def test_heavisides():
     np.testing.assert_allclose(np.gradient(h, phi), ref.dirac(phi, 1.0), atol=2e-3)
 
 
+def two_ellipsoid_masks(seed, count, *, sides=(6, 20), radii=(2, 6), min_voxels=5):
+    """``count`` random 3D masks, each the union of two overlapping ellipsoids (concave)."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    while len(masks) < count:
+        shape = tuple(int(v) for v in rng.integers(*sides, size=3))
+        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
+        mask = np.zeros(shape, dtype=bool)
+        for _ in range(2):
+            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(*radii, 3)
+            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
+        if mask.sum() >= min_voxels:
+            masks.append(mask)
+    return masks
+
+
 def test_3d_hull_count_matches_scikit_image():
     from skimage.morphology import convex_hull_image
 
     from ivote.segment._merge import solidity
 
-    rng = np.random.default_rng(1)
-    for _ in range(8):
-        shape = tuple(int(v) for v in rng.integers(6, 20, size=3))
-        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
-        mask = np.zeros(shape, dtype=bool)
-        for _ in range(2):  # two overlapping ellipsoids: a concave union
-            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(2, 6, 3)
-            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
-        if mask.sum() < 5:
-            continue
+    for mask in two_ellipsoid_masks(1, 8):
         expected = mask.sum() / convex_hull_image(mask).sum()
         assert solidity(mask) == pytest.approx(expected, abs=1e-12)
 
@@ -217,17 +224,7 @@ def test_merge_pair_solidities_device_path_matches_host(monkeypatch):
 
     from ivote.segment import _merge
 
-    rng = np.random.default_rng(2)
-    masks = []
-    while len(masks) < 5:
-        shape = tuple(int(v) for v in rng.integers(5, 16, size=3))
-        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
-        mask = np.zeros(shape, dtype=bool)
-        for _ in range(2):
-            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(1.5, 5, 3)
-            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
-        if mask.sum() >= 10:
-            masks.append(mask)
+    masks = two_ellipsoid_masks(2, 5, sides=(5, 16), radii=(1.5, 5), min_voxels=10)
     masks.append(np.ones((1, 4, 4), dtype=bool))  # flat: no hull
     fake_xp = types.ModuleType("numpy_as_device")
     monkeypatch.setattr(_merge, "_device_hull_counts", lambda equations, shapes, xp: np.array(

@@ -175,24 +175,17 @@ def test_device_fit_matches_numpy(ndim):
 
 
 def test_device_hull_counts_match_scikit_image():
-    """The merge's 3D hull voxel counts in one launch (ivote_levelset_hull_count) against the
-    NumPy line count and scikit-image's convex_hull_image."""
+    """The merge's 3D hull voxel counts in one launch (ivote_levelset_hull_count) against
+    scikit-image's convex_hull_image, on the unions of touching synthetic nuclei."""
     from skimage.morphology import convex_hull_image
 
     from ivote._backend import default_xp
     from ivote.segment import _merge
 
-    rng = np.random.default_rng(5)
-    masks = []
-    while len(masks) < 12:
-        shape = tuple(int(v) for v in rng.integers(6, 24, size=3))
-        zz, yy, xx = np.mgrid[: shape[0], : shape[1], : shape[2]]
-        mask = np.zeros(shape, dtype=bool)
-        for _ in range(2):  # two overlapping ellipsoids: a concave union
-            c, r = rng.uniform(0, 1, 3) * np.array(shape), rng.uniform(2, 7, 3)
-            mask |= ((zz - c[0]) / r[0]) ** 2 + ((yy - c[1]) / r[1]) ** 2 + ((xx - c[2]) / r[2]) ** 2 <= 1
-        if mask.sum() >= 10:
-            masks.append(mask)
+    _, truth, *_ = synthetic_nuclei((32, 96, 96), radius=6, n_nuclei=60, overlap=0.3, seed=6)
+    pairs = [tuple(int(v) for v in p) for p in _merge._touching_pairs(truth)][:16]
+    masks = _merge._union_masks(truth, pairs, None)  # touching nuclei: concave unions
+    assert len(masks) >= 8
     equations = [_merge._hull_equations_3d(m) for m in masks]
     got = _merge._device_hull_counts(equations, [m.shape for m in masks], default_xp())
     expected = [int(convex_hull_image(m).sum()) for m in masks]
