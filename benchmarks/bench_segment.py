@@ -153,25 +153,28 @@ def tile_sweep(image, centers, radius, spacing):
     return results[best], {t: 1e6 * r[0] for t, r in results.items()}
 
 
-MARCH_CANDIDATES = [dict(threads=t, unroll=u, planes=p) for t, u in ((256, 1), (256, 2), (128, 1), (512, 1))
-                    for p in (8, 13, 20)]
+MARCH_CANDIDATES = ([dict(threads=256, unroll=1, min_blocks=m, planes=p) for m in (5, 6) for p in (None, 13, 20, 39)]
+                    + [dict(threads=256, unroll=2, min_blocks=5, planes=None),
+                       dict(threads=512, unroll=1, min_blocks=3, planes=None),
+                       dict(threads=128, unroll=1, min_blocks=12, planes=None)])
 
 
 def march_sweep(image, centers, radius, spacing):
     """The 3D fused kernel alone: the tiled kernel (TILES[3]) and the z-marching kernel for a few
-    (threads, unroll, planes); sets the fastest marching configuration as the default."""
+    (threads, unroll, min blocks per SM, planes); sets the fastest marching configuration as the default."""
     results = {"tiled " + str(_cuda.TILES[3]): kernel_bandwidth(image, centers, radius, spacing, tiles=_cuda.TILES[3])}
+    configs = {}
     for config in MARCH_CANDIDATES:
-        key = "march {threads}/{unroll}/{planes}".format(**config)
+        key = "march {threads}/{unroll}/{min_blocks}/{}".format(config["planes"] or "auto", **config)
+        configs[key] = config
         try:
             results[key] = kernel_bandwidth(image, centers, radius, spacing, march=config)
         except Exception as exc:
             print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
     marching = [k for k in results if k.startswith("march")]
     best = min(marching, key=lambda k: results[k][0])
-    threads, unroll, planes = (int(v) for v in best.split()[1].split("/"))
-    _cuda.MARCH.update(threads=threads, unroll=unroll, planes=planes)
-    print("3D kernel sweep (us/iteration, tiled and march threads/unroll/planes): "
+    _cuda.MARCH.update(configs[best])
+    print("3D kernel sweep (us/iteration, tiled and march threads/unroll/min blocks/planes): "
           + ", ".join(f"{k}: {1e6 * r[0]:.1f}" for k, r in results.items()) + f"; best march {best}", flush=True)
     return {k: 1e6 * r[0] for k, r in results.items()}
 

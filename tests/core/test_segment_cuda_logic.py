@@ -66,11 +66,13 @@ def test_step_grid_covers_every_tile_within_cuda_limits(n_tiles):
 
 
 @pytest.mark.parametrize("box", [(39, 39, 39), (13, 39, 39), (3, 17, 9), (40, 64, 1000), (7, 5, 3000)])
-@pytest.mark.parametrize("planes", [1, 4, 10, 1000])
+@pytest.mark.parametrize("planes", [1, 4, 10, 1000, None])
 def test_march_plan_covers_the_box_within_shared_memory(box, planes):
     """The z-marching kernel's chunks: every plane and row once, the ring of 4 planes of
-    (rows + 2) x bx floats within the shared-memory budget, or no plan (tiled kernel)."""
-    plan = _cuda.march_plan(box, planes)
+    (rows + 2) x bx floats within the shared-memory budget, or no plan (tiled kernel);
+    planes None: all blocks resident at once where the box allows chunks of 4 planes."""
+    n_objects, resident = 7, 132 * 5
+    plan = _cuda.march_plan(box, planes, n_objects=n_objects, resident_blocks=resident)
     bz, by, bx = box
     if plan is None:
         assert 16 * 3 * bx > _cuda._MARCH_SHARED_BYTES
@@ -79,4 +81,8 @@ def test_march_plan_covers_the_box_within_shared_memory(box, planes):
     assert z_chunks * planes_per_chunk >= bz > (z_chunks - 1) * planes_per_chunk
     assert y_chunks * rows >= by > (y_chunks - 1) * rows
     assert shared == 16 * (rows + 2) * bx <= _cuda._MARCH_SHARED_BYTES
-    assert planes_per_chunk <= max(planes, -(-bz // z_chunks))
+    if planes is None:
+        assert n_objects * z_chunks * y_chunks <= resident or z_chunks == 1
+        assert planes_per_chunk >= min(4, bz)
+    else:
+        assert planes_per_chunk <= max(planes, -(-bz // z_chunks))

@@ -40,10 +40,12 @@ __device__ __forceinline__ float ivote_heaviside_compact(float phi, float inv_ep
 
 // ivote_levelset_prior: the object's fitted prior SDF at box-centred physical position rel[]:
 // u = R^T rel / s, multilinear interpolation of (mean + sum_k w_k mode_k) on the canonical grid
-// (clamped coordinates), times s. Same tap order as _shape_prior.prior_sdf.
+// (clamped coordinates), times s. Same tap order as _shape_prior.prior_sdf. The templates come
+// packed per grid node, (mean, mode 1, mode 2, mode 3) in one float4 (K <= 3 modes, zeros after):
+// one load per tap.
 template <int NDIM>
 __device__ __forceinline__ float ivote_levelset_prior(const float* rel, const float* pose,
-                                                      const float* __restrict__ templates,
+                                                      const float4* __restrict__ templates,
                                                       int T, int K, float extent) {
     const float* R = pose + NDIM;
     const float s = pose[NDIM + NDIM * NDIM];
@@ -62,8 +64,6 @@ __device__ __forceinline__ float ivote_levelset_prior(const float* rel, const fl
         lower[j] = i0;
         frac[j] = g - (float)i0;
     }
-    int n_cells = T * T;
-    if (NDIM == 3) n_cells *= T;
     float value = 0.0f;
 #pragma unroll
     for (int corner = 0; corner < (1 << NDIM); ++corner) {
@@ -75,8 +75,11 @@ __device__ __forceinline__ float ivote_levelset_prior(const float* rel, const fl
             offset = offset * T + lower[j] + bit;
             tap_weight = tap_weight * (bit ? frac[j] : (1.0f - frac[j]));
         }
-        float tap = __ldg(templates + offset);
-        for (int k = 1; k <= K; ++k) tap = tap + w[k - 1] * __ldg(templates + k * n_cells + offset);
+        const float4 node = __ldg(templates + offset);
+        float tap = node.x;
+        if (K >= 1) tap = tap + w[0] * node.y;
+        if (K >= 2) tap = tap + w[1] * node.z;
+        if (K >= 3) tap = tap + w[2] * node.w;
         value = value + tap_weight * tap;
     }
     return value * s;
@@ -292,7 +295,7 @@ __device__ __forceinline__ void ivote_copy_async_wait() {
 #define IVOTE_DYNAMIC_SHARED(name) extern __shared__ float name[]
 #endif
 
-// ivote_levelset_step_march<NT, UNROLL, IndexT>: the same fused 3D iteration as ivote_levelset_step,
+// ivote_levelset_step_march<NT, UNROLL, MIN_BLOCKS, IndexT>: the same fused 3D iteration as ivote_levelset_step,
 // marching along z (2.5D tiling). A block owns `rows` full-width rows (dims[13]) of `planes`
 // consecutive z-planes (dims[12]) of one object's box; grid (object, chunk), chunk t = z chunk *
 // y_chunks (dims[14]) + y chunk, dims[6] z chunks. Shared memory (dynamic) holds a ring of 4 planes
@@ -301,9 +304,10 @@ __device__ __forceinline__ void ivote_copy_async_wait() {
 // chunk (plus the two halo planes and rows), rows are contiguous in memory (coalesced), and
 // nothing is loaded outside the box: the box border is frozen, so no edge replication is needed.
 // Thread tid owns cells tid, tid + NT, ... of the chunk's plane (the loop over them unrolled UNROLL
-// times), the same cells on every plane. Same arguments as ivote_levelset_step.
-template <int NT, int UNROLL, typename IndexT>
-__global__ void __launch_bounds__(NT)
+// times), the same cells on every plane; MIN_BLOCKS: blocks per SM the registers must allow
+// (__launch_bounds__). Same arguments as ivote_levelset_step.
+template <int NT, int UNROLL, int MIN_BLOCKS, typename IndexT>
+__global__ void __launch_bounds__(NT, MIN_BLOCKS)
 ivote_levelset_step_march(const float* __restrict__ phi_in, float* __restrict__ phi_out,
                           const float* __restrict__ image,
                           const float* __restrict__ canvas_in, float* __restrict__ canvas_out,
@@ -433,7 +437,7 @@ __device__ __forceinline__ void ivote_levelset_decode(IndexT c, const int* __res
 // Same formulas and tap order as _shape_prior.prior_sdf.
 template <int NDIM, typename IndexT>
 __global__ void ivote_levelset_prior_eval(float* __restrict__ psi, const float* __restrict__ pose,
-                                          const float* __restrict__ templates, const float* __restrict__ coef,
+                                          const float4* __restrict__ templates, const float* __restrict__ coef,
                                           const int* __restrict__ dims, const IndexT total) {
     const int bz = dims[0], by = dims[1], bx = dims[2];
     const int T = dims[9], K = dims[10], P = dims[11];
@@ -633,6 +637,61 @@ __global__ void ivote_levelset_edt_x(const float* __restrict__ phi, float* __res
     }
 }
 
+// ivote_levelset_edt_xy<NT, IndexT>: the first two passes of the 3D reinitialisation in one
+// launch, one z-plane of one box per block (grid: object, z), in shared memory (dynamic, 3 x by x
+// bx floats): the inside mask of the plane, then ivote_levelset_edt_x's g_in, g_out along x, then
+// ivote_levelset_edt_pass<3, 1, false>'s h_in, h_out along y, written once per cell; the same
+// values as the two kernels, without their global round trip. Sets *any_inside likewise.
+template <int NT, typename IndexT>
+__global__ void __launch_bounds__(NT)
+ivote_levelset_edt_xy(const float* __restrict__ phi, float* __restrict__ h_in, float* __restrict__ h_out,
+                      const int* __restrict__ origins, const float* __restrict__ coef,
+                      const int* __restrict__ dims, unsigned int* __restrict__ any_inside) {
+    IVOTE_DYNAMIC_SHARED(plane);
+    const int obj = blockIdx.x, z = blockIdx.y;
+    const int by = dims[1], bx = dims[2];
+    const int cells = by * bx;
+    float* inside = plane;
+    float* g_in = plane + cells;
+    float* g_out = plane + 2 * cells;
+    const IndexT base = ((IndexT)obj * dims[0] + z) * cells;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < cells; i += NT) {
+        const int y = i / bx, x = i - (i / bx) * bx;
+        inside[i] = phi[base + i] > 0.0f && ivote_levelset_valid(origins, dims, obj, z, y, x) ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    const float hx = coef[10], hy = coef[9];
+    int mine = 0;
+    for (int i = tid; i < cells; i += NT) {
+        const int y = i / bx, x = i - (i / bx) * bx;
+        const float* row = inside + y * bx;
+        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
+        for (int k = 0; k < bx; ++k) {
+            const float d = (float)(k - x) * hx;
+            const float d2 = d * d;
+            if (row[k] != 0.0f) best_out = fminf(best_out, d2);
+            else best_in = fminf(best_in, d2);
+        }
+        g_in[i] = best_in;
+        g_out[i] = best_out;
+        mine |= best_out == 0.0f;
+    }
+    if (__syncthreads_or(mine) && tid == 0) *any_inside = 1u;
+    for (int i = tid; i < cells; i += NT) {
+        const int y = i / bx, x = i - (i / bx) * bx;
+        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
+        for (int k = 0; k < by; ++k) {
+            const float d = (float)(k - y) * hy;
+            const float d2 = d * d;
+            best_in = fminf(best_in, g_in[k * bx + x] + d2);
+            best_out = fminf(best_out, g_out[k * bx + x] + d2);
+        }
+        h_in[base + i] = best_in;
+        h_out[base + i] = best_out;
+    }
+}
+
 // ivote_levelset_edt_pass<NDIM, AXIS, FINAL, IndexT>: one more separable pass along box axis AXIS
 // (0 = z, 1 = y of the (bz, by, bx) box): h(p) = min over the line of g(q) + ((p - q) h_axis)^2,
 // for the inside and the outside transform together. FINAL (the last axis): instead of writing h,
@@ -770,10 +829,10 @@ template __global__ void ivote_levelset_step<2, 1, 16, 16, int>(const float*, fl
 template __global__ void ivote_levelset_step<3, 4, 8, 16, long long>(const float*, float*, const float*,
     const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
     const float*, const int*, const int);
-template __global__ void ivote_levelset_step_march<256, 1, int>(const float*, float*, const float*,
+template __global__ void ivote_levelset_step_march<256, 1, 1, int>(const float*, float*, const float*,
     const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
     const float*, const int*, const int);
-template __global__ void ivote_levelset_step_march<256, 2, long long>(const float*, float*, const float*,
+template __global__ void ivote_levelset_step_march<256, 2, 6, long long>(const float*, float*, const float*,
     const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
     const float*, const int*, const int);
 template __global__ void ivote_levelset_moments<3, 256, int>(const float*, const int*, const int*, const double*,
@@ -782,9 +841,11 @@ template __global__ void ivote_levelset_moments<2, 256, long long>(const float*,
                                                                    const double*, double*, const int);
 template __global__ void ivote_levelset_pose<3>(const double*, const double*, float*, const int, const int);
 template __global__ void ivote_levelset_pose<2>(const double*, const double*, float*, const int, const int);
-template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float*, const float*,
+template __global__ void ivote_levelset_edt_xy<256, int>(const float*, float*, float*, const int*, const float*,
+                                                         const int*, unsigned int*);
+template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float4*, const float*,
                                                            const int*, const int);
-template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float*, const float*,
+template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float4*, const float*,
                                                                  const int*, const long long);
 template __global__ void ivote_levelset_edt_x<int>(const float*, float*, float*, const int*, const float*,
                                                    const int*, unsigned int*, const int);

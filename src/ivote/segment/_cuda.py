@@ -25,22 +25,29 @@ __all__ = ["CudaStepper", "TILES"]
 TILES = {2: (1, 8, 32), 3: (4, 8, 8)}
 _THREADS = 256
 # 3D: the step kernel that marches along z (ivote_levelset_step_march): threads per block, unrolling
-# of its loop over a thread's cells, z-planes per block (a target; the box's planes are split evenly)
-MARCH = {"threads": 256, "unroll": 1, "planes": 10}
+# of its loop over a thread's cells, blocks per SM its registers must allow, z-planes per block (a
+# target, the box's planes are split evenly; None: as few as keep every block of a launch resident
+# at once, min_blocks per SM, so no second partial wave). The fastest of a sweep on an H100
+# (benchmarks/results/segment.md).
+MARCH = {"threads": 256, "unroll": 1, "min_blocks": 5, "planes": None}
 _MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
 _MOMENT_CELLS = 8192  # box cells per block of the moments kernel
 
 
-def march_plan(box3, planes: int):
+def march_plan(box3, planes, *, n_objects: int = 1, resident_blocks: int = 1):
     """How ``ivote_levelset_step_march`` splits a (bz, by, bx) box: (z chunks, planes per chunk,
     rows per chunk, y chunks, shared-memory bytes), or None when one row with its halo rows does
-    not fit the ring (very wide boxes: the tiled kernel takes those)."""
+    not fit the ring (very wide boxes: the tiled kernel takes those). ``planes`` None: the most
+    z chunks (of at least 4 planes) that keep all n_objects x chunks blocks resident at once."""
     bz, by, bx = box3
     rows = min(by, _MARCH_SHARED_BYTES // (16 * bx) - 2)
     if rows < 1 or bz < 3:
         return None
     y_chunks = -(-by // rows)
     rows = -(-by // y_chunks)
+    if planes is None:
+        z_chunks = min(max(1, resident_blocks // max(1, n_objects * y_chunks)), max(1, bz // 4))
+        planes = -(-bz // z_chunks)
     z_chunks = -(-bz // max(1, min(int(planes), bz)))
     planes = -(-bz // z_chunks)
     return z_chunks, planes, rows, y_chunks, 16 * (rows + 2) * bx
@@ -70,14 +77,17 @@ class CudaStepper:
         # 3D: march along z unless told to tile (tiles given) or the plan does not fit; the
         # emulated kernel of the tests takes no shared-memory argument: tiled
         march = dict(MARCH, **(march or {}))
-        plan = march_plan(box3, march["planes"]) if ndim == 3 and tiles is None and kernel is None else None
+        plan = None
+        if ndim == 3 and tiles is None and kernel is None:
+            sms = int(xp.cuda.Device().attributes["MultiProcessorCount"])
+            plan = march_plan(box3, march["planes"], n_objects=n, resident_blocks=sms * int(march["min_blocks"]))
         self.shared_bytes = 0
         if plan is not None:
             z_chunks, planes, rows, y_chunks, self.shared_bytes = plan
             tiles, extra = (z_chunks, y_chunks, 1), (planes, rows, y_chunks)
             self.grid = step_grid(n, z_chunks * y_chunks)
             self.block = (int(march["threads"]), 1, 1)
-            name = f"ivote_levelset_step_march<{march['threads']}, {march['unroll']}, {itype}>"
+            name = "ivote_levelset_step_march<{threads}, {unroll}, {min_blocks}, ".format(**march) + f"{itype}>"
         else:
             tz, ty, tx = TILES[ndim] if tiles is None else tiles
             tiles, extra = tuple(-(-b // t) for b, t in zip(box3, (tz, ty, tx))), (0, 0, 0)
@@ -96,6 +106,7 @@ class CudaStepper:
                 "pose": f"ivote_levelset_pose<{ndim}>",
             }
             if ndim == 3:
+                names["edt_xy"] = f"ivote_levelset_edt_xy<{_THREADS}, {itype}>"
                 names["edt_y"] = f"ivote_levelset_edt_pass<3, 1, false, {itype}>"
                 names["edt_final"] = f"ivote_levelset_edt_pass<3, 0, true, {itype}>"
             else:
@@ -120,7 +131,12 @@ class CudaStepper:
         origins = np.zeros((n, 3), dtype=np.int32)
         origins[:, 3 - ndim:] = to_host(batch.origins)
         self.origins = xp.asarray(origins)
-        self.templates = xp.asarray(prior.templates)
+        # per grid node (mean, mode 1, mode 2, mode 3), one float4 load per tap in the kernel
+        if prior.n_modes > 3:
+            raise ValueError(f"the device prior holds at most 3 modes; got {prior.n_modes}")
+        packed = np.zeros((prior.templates[0].size, 4), dtype=np.float32)
+        packed[:, : 1 + prior.n_modes] = prior.templates.reshape(1 + prior.n_modes, -1).T
+        self.templates = xp.asarray(packed)
         # the fit on the device: spacing (double), 2 sigma and the regression of the mode weights
         self.fit_consts = xp.asarray(np.concatenate(
             [np.asarray(h3, dtype=np.float64), 2.0 * np.asarray(prior.sigma, dtype=np.float64),
@@ -145,6 +161,9 @@ class CudaStepper:
         self._cells_arg = self.index(self.cells)
         blocks = -(-self.cells // _THREADS)
         self._flat_grid = (int(min(blocks, 1 << 20)), 1, 1)
+        # 3D reinitialisation: x and y passes in shared memory, one block per z-plane of a box
+        plane_bytes = 12 * box3[1] * box3[2]
+        self._edt_xy = ((n, box3[0], 1), plane_bytes) if ndim == 3 and plane_bytes <= 48 * 1024 else None
 
     # -- the shape prior, once per fit -------------------------------------------------------
     def fit(self, phi):
@@ -197,10 +216,16 @@ class CudaStepper:
         out = xp.empty_like(phi)
         self._any_inside.fill(0)
         grid, block, total = self._flat_grid, (_THREADS, 1, 1), self._cells_arg
-        self.kernels["edt_x"](grid, block, (phi, g_in, g_out, self.origins, self.coef, self.dims,
-                                            self._any_inside, total))
         clip32 = np.float32(clip)
-        if self.ndim == 3:
+        if self._edt_xy is not None:
+            plane_grid, plane_bytes = self._edt_xy
+            self.kernels["edt_xy"](plane_grid, block, (phi, h_in, h_out, self.origins, self.coef, self.dims,
+                                                       self._any_inside), shared_mem=plane_bytes)
+            g_in, g_out = h_in, h_out
+        else:
+            self.kernels["edt_x"](grid, block, (phi, g_in, g_out, self.origins, self.coef, self.dims,
+                                                self._any_inside, total))
+        if self.ndim == 3 and self._edt_xy is None:
             self.kernels["edt_y"](grid, block, (g_in, g_out, h_in, h_out, phi, out, self.origins, self.coef,
                                                 self.dims, self._any_inside, clip32, total))
             g_in, g_out = h_in, h_out
