@@ -175,8 +175,9 @@ def test_device_fit_matches_numpy(ndim):
 
 
 def test_device_hull_counts_match_scikit_image():
-    """The merge's 3D hull voxel counts in one launch (ivote_levelset_hull_count) against
-    scikit-image's convex_hull_image, on the unions of touching synthetic nuclei."""
+    """The merge's touching pairs (one bitmap pass) and 3D hull voxel counts in one launch
+    (ivote_levelset_hull_count) against the NumPy pairs and scikit-image's convex_hull_image,
+    on the unions of touching synthetic nuclei."""
     from skimage.morphology import convex_hull_image
 
     from ivote._backend import default_xp
@@ -184,6 +185,8 @@ def test_device_hull_counts_match_scikit_image():
 
     _, truth, *_ = synthetic_nuclei((32, 96, 96), radius=6, n_nuclei=60, overlap=0.3, seed=6)
     pairs = [tuple(int(v) for v in p) for p in _merge._touching_pairs(truth)][:16]
+    device_pairs = _merge._touching_pairs(default_xp().asarray(truth, dtype=np.int32), int(truth.max()) + 3)
+    np.testing.assert_array_equal(device_pairs, _merge._touching_pairs(truth))  # the bitmap kernel
     masks = _merge._union_masks(truth, pairs, None)  # touching nuclei: concave unions
     assert len(masks) >= 8
     equations = [_merge._hull_equations_3d(m) for m in masks]

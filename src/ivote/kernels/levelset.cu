@@ -781,6 +781,30 @@ __global__ void ivote_levelset_label_max(const float* __restrict__ phi, const in
     }
 }
 
+// ivote_levelset_touching_pairs<IndexT>: the merge's candidate pairs. labels: (iz, iy, ix) int
+// image (dims3), n: the largest label. Every two different labels 0 < a < b that are face
+// neighbours somewhere (along z, y or x) set bit (a - 1) n + (b - 1) of bitmap (zeroed by the
+// caller; words of 32 bits), whose host copy lists the pairs in the order of (a, b).
+template <typename IndexT>
+__global__ void ivote_levelset_touching_pairs(const int* __restrict__ labels, const int iz, const int iy, const int ix,
+                                              const int n, unsigned int* __restrict__ bitmap, const IndexT total) {
+    for (IndexT c = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += (IndexT)gridDim.x * blockDim.x) {
+        const int a = labels[c];
+        if (a <= 0) continue;
+        const int x = (int)(c % ix), y = (int)((c / ix) % iy), z = (int)(c / ((IndexT)ix * iy));
+        const bool has[3] = {x + 1 < ix, y + 1 < iy, z + 1 < iz};
+        const IndexT stride[3] = {(IndexT)1, (IndexT)ix, (IndexT)ix * iy};
+#pragma unroll
+        for (int axis = 0; axis < 3; ++axis) {
+            if (!has[axis]) continue;
+            const int b = labels[c + stride[axis]];
+            if (b <= 0 || b == a) continue;
+            const long long bit = (long long)(min(a, b) - 1) * n + (max(a, b) - 1);
+            atomicOr(bitmap + (bit >> 5), 1u << (unsigned int)(bit & 31));
+        }
+    }
+}
+
 // ivote_levelset_hull_count: voxels inside many 3D convex hulls (the merge's solidity test), as
 // _merge._count_in_hull_3d counts them: one thread per (hull h, z, y) line of hull h's
 // (nz, ny, nx) grid (shapes[3h..]); the line's x interval is bounded by every facet equation
@@ -843,6 +867,8 @@ template __global__ void ivote_levelset_pose<3>(const double*, const double*, fl
 template __global__ void ivote_levelset_pose<2>(const double*, const double*, float*, const int, const int);
 template __global__ void ivote_levelset_edt_xy<256, int>(const float*, float*, float*, const int*, const float*,
                                                          const int*, unsigned int*);
+template __global__ void ivote_levelset_touching_pairs<int>(const int*, const int, const int, const int, const int,
+                                                            unsigned int*, const int);
 template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float4*, const float*,
                                                            const int*, const int);
 template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float4*, const float*,

@@ -21,13 +21,36 @@ from .._backend import get_array_module, to_host
 __all__ = ["merge_split_objects", "solidity", "max_volume_pixels"]
 
 
+def _merge_kernels(index_type: str):
+    """The merge's CUDA kernels (levelset.cu), one module: touching pairs and hull counts."""
+    from .._backend import load_module
+
+    names = {"pairs": f"ivote_levelset_touching_pairs<{index_type}>", "hulls": "ivote_levelset_hull_count"}
+    module = load_module("levelset", name_expressions=tuple(names.values()))
+    return {key: module.get_function(name) for key, name in names.items()}
+
+
+_MAX_PAIR_BITS = 1 << 31  # the GPU's bitmap of label pairs, n^2 bits, stays below 256 MB
+
+
 def _touching_pairs(labels, n=None) -> np.ndarray:
     """(P, 2) host array of the label pairs (a < b) that touch along an axis, sorted
-    (``n``: the largest label, when known)."""
+    (``n``: the largest label, when known). On the GPU one pass sets a bit per pair."""
     xp = get_array_module(labels)
     n = int(labels.max()) if n is None else int(n)
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
+    if xp is not np and labels.dtype == xp.int32 and labels.ndim in (2, 3) and n * n < _MAX_PAIR_BITS:
+        shape = (1,) * (3 - labels.ndim) + labels.shape
+        index_type = "int" if labels.size < 2**31 - 2**20 else "long long"
+        bitmap = xp.zeros(-(-n * n // 32), dtype=xp.uint32)
+        total = np.int32(labels.size) if index_type == "int" else np.int64(labels.size)
+        _merge_kernels(index_type)["pairs"](
+            (int(min(-(-labels.size // 256), 1 << 16)),), (256,),
+            (xp.ascontiguousarray(labels), np.int32(shape[0]), np.int32(shape[1]), np.int32(shape[2]), np.int32(n),
+             bitmap, total))
+        bits = np.flatnonzero(np.unpackbits(to_host(bitmap).view(np.uint8), bitorder="little")[: n * n])
+        return np.stack([bits // n + 1, bits % n + 1], axis=1).astype(np.int64)
     codes = []
     for axis in range(labels.ndim):
         moved = xp.moveaxis(labels, axis, 0)
@@ -135,10 +158,7 @@ def _hull_count_3d(mask: np.ndarray) -> int:
 def _device_hull_counts(equations, shapes, xp) -> np.ndarray:
     """:func:`_count_in_hull_3d` for many hulls in one launch of ``ivote_levelset_hull_count``
     (one thread per (hull, z, y) line, the same double-precision expressions)."""
-    from .._backend import load_module
-
-    kernel = load_module("levelset", name_expressions=("ivote_levelset_hull_count",)).get_function(
-        "ivote_levelset_hull_count")
+    kernel = _merge_kernels("int")["hulls"]
     facet_start = np.concatenate([[0], np.cumsum([len(e) for e in equations])]).astype(np.int32)
     line_start = np.concatenate([[0], np.cumsum([s[0] * s[1] for s in shapes])]).astype(np.int32)
     total = int(line_start[-1])
