@@ -130,3 +130,90 @@ def test_gpu_close_pairs_match_numpy(ndim):
     assert len(expected[2]) > 50
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+def _blur_on_gpu(image, sigma, fused):
+    from ivote.detect import _cuda
+
+    xp = _backend.default_xp()
+    kernels = _cuda._module(image.ndim, "int", xp)
+    stats = xp.zeros(_cuda._N_SLOTS, dtype=np.uint64)
+    source = _cuda._kernel_input(image, xp)
+    _cuda._min_max(source, stats, kernels)
+    return _cuda._normalise_and_blur(source, sigma, stats, kernels, xp, fused=fused)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, sigma",
+    [((96, 80), np.float32, (2.0, 2.0)), ((70, 66), np.uint16, (3.1, 0.05)), ((12, 40, 36), np.float64, (0.5, 2.0, 2.0)),
+     ((50, 40), np.uint8, None)],
+)
+def test_gpu_blur_equals_cupyx_gaussian_filter(shape, dtype, sigma):
+    """The fused statistics/normalisation/blur kernels give cupyx's gaussian_filter bit for bit
+    (so the cells are those of the earlier GPU path)."""
+    xp = _backend.default_xp()
+    rng = np.random.default_rng(3)
+    image = xp.asarray((rng.random(shape) * 200 + 10).astype(dtype))
+    normalised = image.astype(np.float64)
+    low, high = float(normalised.min()), float(normalised.max())
+    normalised -= low
+    normalised /= high - low
+    expected = normalised
+    if sigma is not None:
+        expected = _backend.ndimage_module(xp).gaussian_filter(normalised, sigma=sigma, mode="reflect")
+    got = {fused: _backend.to_host(_blur_on_gpu(image, sigma, fused)) for fused in (True, False)}
+    expected = _backend.to_host(expected)
+    from ivote.detect._cuda import _FUSED_BLUR
+
+    same = {fused: bool(np.array_equal(g, expected)) for fused, g in got.items()}
+    assert same[_FUSED_BLUR], f"bit-equal to cupyx with fused multiply-adds / without: {same}"
+
+
+def test_gpu_maxima_equal_maximum_filter():
+    """ivote_local_maxima: the positive votes equal to the box maximum (scipy's maximum_filter, cval 0)."""
+    from ivote.detect import _cuda
+    from ivote.detect._plan import make_plan
+
+    xp = _backend.default_xp()
+    rng = np.random.default_rng(5)
+    for ndim, spacing in ((2, (1.0, 1.0)), (3, (2.0, 1.0, 1.0))):
+        votes = rng.integers(0, 6, size=(40,) * ndim).astype(np.uint32)
+        votes[votes < 3] = 0
+        plan = make_plan(5.0, spacing, ndim)
+        size = tuple(2 * h + 1 for h in plan.maxima_half_width)
+        expected = np.flatnonzero((votes == _backend.ndimage_module(np).maximum_filter(votes, size=size, mode="constant"))
+                                  & (votes > 0))
+        stats = xp.zeros(_cuda._N_SLOTS, dtype=np.uint64)
+        cells = _cuda._Cells(xp.asarray(votes), plan, stats, _cuda._module(ndim, "int", xp), xp)
+        cells.find_maxima(16)  # too small: fetch must retry with room for all
+        cells.find_pairs(16)
+        flat, values, _ = cells.fetch(_backend.to_host(stats))
+        np.testing.assert_array_equal(np.sort(flat), expected)
+        np.testing.assert_array_equal(values, votes.ravel()[flat])
+        assert len(expected) > 16
+
+
+def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
+    """A detection sizes its lists of maxima and pairs from the last one of the same
+    shape; a busier image overflows them and is re-run. Either way, and with the
+    statistics copied first (large lists), the cells are those of a fresh call."""
+    from ivote.detect import _cuda
+
+    yy, xx = np.mgrid[:256, :256]
+    quiet = np.exp(-((yy - 128.0) ** 2 + (xx - 100.0) ** 2) / 50.0)  # one cell
+    busy = np.random.default_rng(2).random((256, 256))
+    kwargs = dict(radius=8, backend="cupy", threshold=None)
+    monkeypatch.setattr(_cuda, "_MIN_LIST", 16)
+    _cuda._last_counts.clear()
+    assert len(iterative_voting(quiet, **kwargs).candidates) < 10
+    after_quiet = iterative_voting(busy, **kwargs)  # lists of 16: too small
+    _cuda._last_counts.clear()
+    fresh = iterative_voting(busy, **kwargs)
+    n_maxima, n_pairs = _cuda._last_counts[((256, 256), 8.0, (1.0, 1.0))]
+    monkeypatch.setattr(_cuda, "_ONE_TRANSFER_BYTES", 0)
+    _cuda._last_counts.clear()
+    statistics_first = iterative_voting(busy, **kwargs)
+    assert n_maxima > 16 and n_pairs > 16  # both lists overflowed after the quiet image
+    for found in (after_quiet, statistics_first):
+        np.testing.assert_array_equal(found.candidates, fresh.candidates)
+        np.testing.assert_array_equal(found.candidate_scores, fresh.candidate_scores)

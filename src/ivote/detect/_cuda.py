@@ -1,9 +1,17 @@
-"""CUDA launch code of the voting passes (kernels in ``ivote/kernels/ivote.cu``).
+"""CUDA launch code of a detection (kernels in ``ivote/kernels/ivote.cu``).
 
 Mirrors ``_reference.py`` step by step; the kernels do the loops that NumPy
 vectorises over offsets, each voter over the offsets listed for its
-direction's bin (``_cone_tables.py``). Voters are compacted once (one host synchronisation,
-before the passes); the pass loop then only queues kernels.
+direction's bin (``_cone_tables.py``).
+
+A detection is one queue of about 20 kernels and one host synchronisation, at
+the end: the image's minimum and maximum (and whether it holds NaN/Inf), the
+largest gradient and the counts of maxima and close pairs stay in a small
+array of statistics on the GPU, read by the kernels that need them through a
+pointer and copied to the host with the results. Voters are dense (a weight
+per pixel, 0 for pixels that do not vote), so no list of voters is built, and
+the two vote buffers of the passes take turns: each turn step zeroes the
+buffer the next pass fills.
 """
 
 from __future__ import annotations
@@ -11,28 +19,50 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, to_host
-from ._cone_tables import check_packable, cone_tables, pack_offsets
-from ._plan import VotingPlan, make_plan
+from ._cone_tables import ConeTable, check_packable, cone_tables, pack_offsets, unpack_offsets
+from ._plan import VotingPlan, _sum_in_order, make_plan
 
-__all__ = ["run_passes", "sorted_close_pairs"]
+__all__ = ["GpuDetection", "detect", "run_passes", "sorted_close_pairs"]
 
 _BLOCK = 256
 _OPTIONS = ("--fmad=false",)  # round like NumPy: see the header of ivote.cu
+_REDUCE_BLOCKS = 1024  # blocks of the grid-stride reductions (one atomic each)
 
-
-_TILE = {2: (1, 16, 16), 3: (4, 8, 8)}
-"""Pixels per tile (z, y, x) of the tiled kernels; one thread each."""
+_TILE = {2: (1, 32, 32), 3: (4, 8, 8)}
+"""Pixels per tile (z, y, x) of the tiled kernels; one thread each. A warp is a
+row of 32 pixels in 2D (4 rows of 8 in 3D, 24 box cells apart): voters of the
+same bin then add to 32 different shared-memory banks. On an H100 at 2048^2,
+2D tiles of 32 x 32 gave the fastest passes (3.67 ms; 16 x 16: 3.75, 16 x 32:
+3.86, 8 x 32: 4.17, the same votes)."""
 _TILED_MAX_BYTES = 96 * 1024  # shared memory per block for the tile's box of votes
 _TILED_GAIN = 3.0  # tile a pass when its cones hold this many times the box's cells per pixel
 
+# Slots of the statistics array (uint64, on the GPU; see the header of ivote.cu)
+_LOW_KEY, _HIGH_KEY, _NONFINITE, _LARGEST, _N_MAXIMA, _N_PAIRS = range(6)
+_RGB = 8  # min/max/NaN slots of an RGB image's channels
+_N_SLOTS = 12
+
+_FUSED_BLUR = True
+"""The pre-blur sums with fused multiply-adds, as cupyx.scipy.ndimage's correlate kernel compiles."""
+
+_CTYPES = {
+    np.dtype(np.float64): "double",
+    np.dtype(np.float32): "float",
+    np.dtype(np.uint8): "unsigned char",
+    np.dtype(np.uint16): "unsigned short",
+}
+"""Input dtypes the statistics and blur kernels read directly (others are converted to float64 first)."""
+
+_TRUNCATE = 4.0  # Gaussian taps: radius int(4 sigma + 0.5), as scipy / cupyx
+
 
 def _module(ndim: int, index: str, xp):
-    """The kernels of one variant on the current GPU (memoized: the pass loop and
-    the maxima look them up on every call)."""
+    """The kernels of one variant on the current GPU (memoized: every call looks them up)."""
     key = (ndim, index, xp.cuda.Device().id)
     if key not in _functions:
         _functions[key] = _load_functions(ndim, index)
@@ -42,17 +72,26 @@ def _module(ndim: int, index: str, xp):
 _functions: dict = {}
 
 
+def _blur_name(ctype: str, normalise: bool, fused: bool) -> str:
+    return f"ivote_blur_axis<{ctype}, {str(normalise).lower()}, {str(fused).lower()}>"
+
+
 def _load_functions(ndim: int, index: str):
     tile = ", ".join(map(str, _TILE[ndim]))
-    names = tuple(
+    per_variant = tuple(
         f"{kernel}<{ndim}, {index}>"
-        for kernel in (
-            "ivote_gradient_max", "ivote_quantise_weights", "ivote_initial_directions", "ivote_vote_table",
-            "ivote_turn_table",
-        )
-    ) + (f"ivote_close_pairs<{ndim}>", f"ivote_vote_tiled<{ndim}, {tile}>", f"ivote_turn_tiled<{ndim}, {tile}>")
-    module = load_module("ivote", name_expressions=names, options=_OPTIONS)
-    return {name.split("<")[0]: module.get_function(name) for name in names}
+        for kernel in ("ivote_gradient_max", "ivote_voters", "ivote_vote_table", "ivote_turn_table")
+    ) + (
+        f"ivote_vote_tiled<{ndim}, {tile}>", f"ivote_turn_tiled<{ndim}, {tile}>",
+        f"ivote_local_maxima<{ndim}>", f"ivote_close_pairs<{ndim}>",
+    )
+    common = tuple(f"ivote_min_max<{c}>" for c in _CTYPES.values()) + tuple(
+        _blur_name(c, True, fused) for c in _CTYPES.values() for fused in (True, False)
+    ) + tuple(_blur_name("double", False, fused) for fused in (True, False))
+    module = load_module("ivote", name_expressions=per_variant + common, options=_OPTIONS)
+    functions = {name.split("<")[0]: module.get_function(name) for name in per_variant}
+    functions.update({name: module.get_function(name) for name in common})
+    return functions
 
 
 _CACHE_BYTES = 256 * 2**20  # cone tables and disc offsets kept on the GPU, least recently used first out
@@ -67,7 +106,7 @@ def _memoized(key, build):
             _cache.move_to_end(key)
             return _cache[key][0]
     value = build()
-    size = sum(t.starts.nbytes + t.entries.nbytes for t in value) if isinstance(value, tuple) else value.nbytes
+    size = _nbytes(value)
     with _cache_lock:
         _cache[key] = (value, size)
         _cache.move_to_end(key)
@@ -76,16 +115,69 @@ def _memoized(key, build):
     return value
 
 
+def _nbytes(value) -> int:
+    if isinstance(value, tuple):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, ConeTable):
+        return value.starts.nbytes + value.entries.nbytes
+    return value.nbytes
+
+
 def _cone_tables(plan: VotingPlan, xp):
     """The plan's cone tables on the current GPU (memoized)."""
     key = ("tables", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
     return _memoized(key, lambda: cone_tables(plan, xp))
 
 
+def cone_limits(plan: VotingPlan, entries, cos_half) -> np.ndarray:
+    """For every (packed) entry of a cone table: cos(phi/2) * |offset|, float32,
+    as ``_reference._in_cone`` computes it (the same operations; sqrt is
+    correctly rounded on both sides), so the kernels' cone test is a dot product."""
+    physical = unpack_offsets(to_host(entries), plan.ndim).astype(np.float32) * plan.spacing32
+    length = np.sqrt(_sum_in_order([physical[:, i] * physical[:, i] for i in range(plan.ndim)]))
+    return (np.float32(cos_half) * length).astype(np.float32)
+
+
+def _cone_limits(plan: VotingPlan, xp):
+    """cone_limits of every pass's table on the current GPU (memoized)."""
+    key = ("limits", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
+    return _memoized(key, lambda: tuple(
+        xp.asarray(cone_limits(plan, table.entries, cos_half))
+        for table, cos_half in zip(_cone_tables(plan, xp), plan.cos_half32)
+    ))
+
+
 def _ball(plan: VotingPlan, xp):
     """The voting disc/ball's offsets, packed, on the current GPU (memoized)."""
     key = ("ball", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
     return _memoized(key, lambda: xp.asarray(pack_offsets(plan.offsets)))
+
+
+def gaussian_taps(sigma: float) -> np.ndarray | None:
+    """The 1D Gaussian of cupyx.scipy.ndimage.gaussian_filter (float64, the same
+    operations), or None where it skips the axis (sigma ~ 0 or radius 0)."""
+    sigma = float(sigma)
+    radius = int(_TRUNCATE * sigma + 0.5)
+    if sigma <= 1e-15 or radius <= 0:
+        return None
+    x = np.arange(-radius, radius + 1)
+    phi_x = np.exp(-0.5 / (sigma * sigma) * x**2)
+    phi_x /= phi_x.sum()
+    return phi_x
+
+
+def _taps_on_gpu(sigma: float | None, xp):
+    """gaussian_taps(sigma) on the current GPU, or None (memoized); sigma None: the identity tap."""
+    key = (sigma, xp.cuda.Device().id)
+    if key not in _taps:
+        taps = np.ones(1) if sigma is None else gaussian_taps(sigma)
+        if len(_taps) >= 64:  # a blur slider asks for many
+            _taps.clear()
+        _taps[key] = None if taps is None else xp.asarray(taps)
+    return _taps[key]
+
+
+_taps: dict = {}
 
 
 def _tiled_box(plan: VotingPlan, table, index: str, max_bytes: int = _TILED_MAX_BYTES) -> tuple | None:
@@ -97,14 +189,35 @@ def _tiled_box(plan: VotingPlan, table, index: str, max_bytes: int = _TILED_MAX_
     """
     if index != "int" or table.n_bins == 0:
         return None
-    # the largest offset per axis: not floor(r / s), since the disc test is float32
-    halo = (0,) * (3 - plan.ndim) + tuple(int(h) for h in np.abs(plan.offsets).max(axis=0))
+    halo = _reach(plan)
     tile = _TILE[plan.ndim]
     box = math.prod(t + 2 * h for t, h in zip(tile, halo))
     cone = len(table.entries) / table.n_bins  # offsets a voter tests (a small superset of its cone)
     if 4 * box > max_bytes or cone < _TILED_GAIN * box / math.prod(tile):
         return None
     return halo
+
+
+def _reach(plan: VotingPlan) -> tuple:
+    """The largest |offset| (z, y, x) of the disc/ball: a voter this far from every
+    border of the image needs no bounds test (not floor(r / s): the disc test is float32)."""
+    return (0,) * (3 - plan.ndim) + tuple(int(h) for h in np.abs(plan.offsets).max(axis=0))
+
+
+def _schedule(plan: VotingPlan, index: str, xp) -> tuple:
+    """Per pass: (cone table, its cone limits, tile half-width or None), and the
+    reach; the tiling decisions are memoized with the packability check."""
+    tables = _cone_tables(plan, xp)
+    shared = _shared_memory_limit(xp)
+    key = (plan.radius, plan.spacing, plan.ndim, index, shared)
+    if key not in _halos:
+        check_packable(plan)
+        _halos[key] = (tuple(_tiled_box(plan, table, index, shared) for table in tables), _reach(plan))
+    halos, reach = _halos[key]
+    return tuple(zip(tables, _cone_limits(plan, xp), halos)), reach
+
+
+_halos: dict = {}
 
 
 def _shared_memory_limit(xp) -> int:
@@ -117,13 +230,16 @@ def _shared_memory_limit(xp) -> int:
 
 
 _shared_limits: dict = {}
+_opted_in: set = set()
 
 
 def _launch_tiled(kernel, shape, ndim: int, halo, args):
     tile = _TILE[ndim]
     box_bytes = 4 * math.prod(t + 2 * h for t, h in zip(tile, halo))
-    if box_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < box_bytes:
-        kernel.max_dynamic_shared_size_bytes = box_bytes
+    if box_bytes > 48 * 1024 and (id(kernel), box_bytes) not in _opted_in:
+        if kernel.max_dynamic_shared_size_bytes < box_bytes:
+            kernel.max_dynamic_shared_size_bytes = box_bytes
+        _opted_in.add((id(kernel), box_bytes))
     blocks = math.prod(math.ceil(n / t) for n, t in zip(_dims(shape), tile))
     kernel((blocks,), (math.prod(tile),), args, shared_mem=box_bytes)
 
@@ -136,8 +252,116 @@ def _grid(n: int) -> tuple[int]:
     return (max(1, math.ceil(n / _BLOCK)),)
 
 
+# ---------------------------------------------------------------------------
+# Statistics, normalisation and blur
+# ---------------------------------------------------------------------------
+
+
+def _kernel_input(array, xp):
+    """The array as the statistics/blur kernels read it: as is for the dtypes they
+    take (C-contiguous), else a float64 copy."""
+    if array.dtype in _CTYPES and array.flags.c_contiguous:
+        return array
+    return xp.ascontiguousarray(array, dtype=np.float64)
+
+
+def _min_max(array, stats, kernels):
+    """Queue the minimum/maximum/NaN statistics of ``array`` into stats[0..3)."""
+    grid = (min(_grid(array.size)[0], _REDUCE_BLOCKS),)
+    kernels[f"ivote_min_max<{_CTYPES[array.dtype]}>"](grid, (_BLOCK,), (array, np.int64(array.size), stats))
+
+
+def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_BLUR):
+    """(source - min) / (max - min) with the statistics on the GPU, then the
+    separable Gaussian of sigma (per axis, pixels; None: none), as
+    ``cupyx.scipy.ndimage.gaussian_filter(..., mode="reflect")`` computes it.
+    Normalisation is fused into the first axis."""
+    shape = source.shape
+    steps = [(axis, _taps_on_gpu(float(s), xp)) for axis, s in enumerate(sigma or ())]
+    steps = [(axis, taps) for axis, taps in steps if taps is not None]
+    if not steps:
+        steps = [(len(shape) - 1, _taps_on_gpu(None, xp))]
+    size = source.size
+    current, ctype, normalise = source, _CTYPES[source.dtype], True
+    for axis, taps in steps:
+        out = xp.empty(shape, dtype=np.float64)
+        stride = math.prod(shape[axis + 1:])
+        kernels[_blur_name(ctype, normalise, fused)](
+            _grid(size), (_BLOCK,),
+            (current, np.int32(size), np.int32(shape[axis]), np.int32(stride), taps, np.int32(taps.size), stats, out),
+        )
+        current, ctype, normalise = out, "double", False
+    return current
+
+
+# ---------------------------------------------------------------------------
+# Voters and passes
+# ---------------------------------------------------------------------------
+
+
+def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: str, xp):
+    """Dense uint16 weights (image shape, 0: no voter) and int16 directions (size x ndim)."""
+    Z, Y, X = _dims(smoothed.shape)
+    size = smoothed.size
+    spacing64 = (1.0,) * (3 - plan.ndim) + plan.spacing
+    geometry = (
+        np.int32(size) if index == "int" else np.int64(size), np.int32(Z), np.int32(Y), np.int32(X),
+        *map(np.float64, spacing64),
+    )
+    grid = (min(_grid(size)[0], 2048),)
+    kernels["ivote_gradient_max"](grid, (_BLOCK,), (smoothed, *geometry, largest))
+    weights = xp.empty(smoothed.shape, dtype=np.uint16)
+    directions = xp.empty((size, plan.ndim), dtype=np.int16)
+    kernels["ivote_voters"](
+        (min(_grid(size)[0], 1 << 16),), (_BLOCK,),
+        (smoothed, *geometry, largest, np.float64(plan.weight_scale), np.uint32(plan.min_weight), np.float64(sign),
+         weights, directions),
+    )
+    return weights, directions
+
+
+def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp):
+    """The vote field (uint32, image shape) after the last pass."""
+    shape = weights.shape
+    ndim = plan.ndim
+    Z, Y, X = _dims(shape)
+    size = weights.size
+    spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
+    size_arg = np.int32(size) if index == "int" else np.int64(size)
+    votes = xp.zeros(shape, dtype=np.uint32)
+    spare = xp.empty(shape, dtype=np.uint32) if plan.n_passes > 1 else None  # zeroed by each turn step
+    schedule, reach = _schedule(plan, index, xp)
+    reach = tuple(map(np.int32, reach))
+    for pass_index, ((table, limits, halo), cos_half) in enumerate(zip(schedule, plan.cos_half32)):
+        last = pass_index == plan.n_passes - 1
+        cos_half = np.float32(cos_half)
+        if halo is not None:
+            geometry = (
+                np.int32(Z), np.int32(Y), np.int32(X), *spacing32, cos_half, np.int32(table.cells),
+                table.starts, table.entries, limits, *map(np.int32, halo),
+            )
+            _launch_tiled(kernels["ivote_vote_tiled"], shape, ndim, halo, (weights, directions, *geometry, votes))
+            if not last:
+                _launch_tiled(kernels["ivote_turn_tiled"], shape, ndim, halo,
+                              (weights, directions, *geometry, votes, spare))
+        else:
+            geometry = (
+                size_arg, np.int32(Z), np.int32(Y), np.int32(X), *spacing32, cos_half, np.int32(table.cells),
+                table.starts, table.entries, limits, *reach,
+            )
+            kernels["ivote_vote_table"](_grid(size), (_BLOCK,), (weights, directions, *geometry, votes))
+            if not last:
+                kernels["ivote_turn_table"](_grid(size), (_BLOCK,), (weights, directions, *geometry, votes, spare))
+        if not last:
+            votes, spare = spare, votes
+        if iter_callback is not None:
+            iter_callback(pass_index, plan.n_passes)
+    return votes
+
+
 def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
-    """The vote field V (uint32 CuPy array, image shape) after the last pass.
+    """The vote field V (uint32 CuPy array, image shape) after the last pass,
+    from the normalised, blurred image (float64).
 
     ``smoothed`` may be a one-element list holding the image: it is then taken
     out, so that its memory is freed as soon as the voters are set up.
@@ -149,6 +373,17 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None):
     check_packable(plan)  # before any work
     _check_kernels(xp, plan.ndim, index)
     return _run_passes(holder, plan, sign, iter_callback, index)
+
+
+def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, index: str):
+    """The passes; ``holder`` holds the only reference to the image, freed early."""
+    xp = get_array_module(holder[0])
+    smoothed = xp.ascontiguousarray(holder.pop(), dtype=np.float64)
+    kernels = _module(plan.ndim, index, xp)
+    stats = xp.zeros(_N_SLOTS, dtype=np.uint64)
+    weights, directions = _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, index, xp)
+    del smoothed
+    return _passes(weights, directions, plan, index, iter_callback, kernels, xp)
 
 
 _checked: set = set()
@@ -184,103 +419,219 @@ def _check_kernels(xp, ndim: int, index: str) -> None:
     _checked.add(key)
 
 
-def _run_passes(holder: list, plan: VotingPlan, sign: float, iter_callback, index: str):
-    """The passes; ``holder`` holds the only reference to the image, freed early."""
-    xp = get_array_module(holder[0])
-    smoothed = xp.ascontiguousarray(holder.pop(), dtype=np.float64)
-    ndim = plan.ndim
-    index_dtype = np.int32 if index == "int" else np.int64
-    kernels = _module(ndim, index, xp)
-    Z, Y, X = _dims(smoothed.shape)
-    spacing64 = (1.0,) * (3 - ndim) + plan.spacing
-    spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
-    size = smoothed.size
+# ---------------------------------------------------------------------------
+# Cells
+# ---------------------------------------------------------------------------
 
-    # weights: the gradient magnitude quantised exactly as in _reference.prepare_voters
-    image_geometry = (np.int32(Z), np.int32(Y), np.int32(X), *map(np.float64, spacing64))
-    size_arg = np.int32(size) if index == "int" else np.int64(size)
-    grid = (min(_grid(size)[0], 2048),)
-    largest_bits = xp.zeros(1, dtype=np.uint64)
-    kernels["ivote_gradient_max"](grid, (_BLOCK,), (smoothed, size_arg, *image_geometry, largest_bits))
-    votes = xp.zeros(smoothed.shape, dtype=np.uint32)
-    if int(largest_bits[0]) == 0:  # host sync (before the passes): a flat image has no voter
-        return votes
-    weights = xp.empty(smoothed.shape, dtype=np.uint16)
-    kernels["ivote_quantise_weights"](
-        grid, (_BLOCK,),
-        (smoothed, size_arg, *image_geometry, largest_bits, np.float64(plan.weight_scale), weights),
-    )
-    voters = xp.flatnonzero(weights >= plan.min_weight).astype(index_dtype)  # host sync
-    weights = weights.ravel()[voters].astype(np.uint32)
-    n_voters = int(voters.size)
-    directions = xp.empty((n_voters, ndim), dtype=np.int16)
-    if n_voters:
-        kernels["ivote_initial_directions"](
-            _grid(n_voters), (_BLOCK,),
-            (smoothed, voters, np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X),
-             *map(np.float64, spacing64), np.float64(sign), directions),
+
+class _Cells:
+    """The maxima and close-pair kernels of one vote field, their buffers and capacities."""
+
+    def __init__(self, votes, plan: VotingPlan, stats, kernels, xp, is_maximum=None):
+        self.votes, self.plan, self.stats, self.kernels, self.xp = votes, plan, stats, kernels, xp
+        self.dims = tuple(np.int32(n) for n in _dims(votes.shape))
+        self.is_maximum = is_maximum
+
+    def find_maxima(self, capacity: int, maxima=None):
+        """Queue ivote_local_maxima into ``maxima`` ((capacity, 2) uint32; default: new)."""
+        xp = self.xp
+        self.capacity = capacity
+        if self.is_maximum is None:
+            self.is_maximum = xp.zeros(self.votes.size, dtype=np.uint8)
+        self.maxima = xp.empty((capacity, 2), dtype=np.uint32) if maxima is None else maxima
+        half = (0,) * (3 - self.plan.ndim) + self.plan.maxima_half_width
+        self.kernels["ivote_local_maxima"](
+            _grid(self.votes.size), (_BLOCK,),
+            (self.votes, *self.dims, *map(np.int32, half), self.is_maximum, self.stats[_N_MAXIMA:], self.maxima,
+             np.int32(capacity)),
         )
-    del smoothed
 
-    tables = _cone_tables(plan, xp)
-    limit = _shared_memory_limit(xp)
-    tiled = [_tiled_box(plan, table, index, limit) for table in tables]
-    if n_voters and any(h is not None for h in tiled):  # pixel -> voter, for the tiled kernels
-        voter_of = xp.full(size, -1, dtype=np.int32)
-        voter_of[voters] = xp.arange(n_voters, dtype=np.int32)
-    for pass_index, (table, cos_half, halo) in enumerate(zip(tables, plan.cos_half32, tiled)):
-        last = pass_index == plan.n_passes - 1
-        votes.fill(0)
-        if n_voters and halo is not None:
-            geometry = (
-                np.int32(Z), np.int32(Y), np.int32(X), *spacing32, np.float32(cos_half), np.int32(table.cells),
-                table.starts, table.entries, *map(np.int32, halo),
-            )
-            _launch_tiled(kernels["ivote_vote_tiled"], votes.shape, ndim, halo,
-                          (voter_of, weights, directions, *geometry, votes))
-            if not last:
-                _launch_tiled(kernels["ivote_turn_tiled"], votes.shape, ndim, halo,
-                              (voter_of, directions, *geometry, votes))
-        elif n_voters:
-            geometry = (
-                np.int64(n_voters), np.int32(Z), np.int32(Y), np.int32(X), *spacing32, np.float32(cos_half),
-                np.int32(table.cells), table.starts, table.entries,
-            )
-            kernels["ivote_vote_table"](_grid(n_voters), (_BLOCK,), (voters, weights, directions, *geometry, votes))
-            if not last:
-                kernels["ivote_turn_table"](_grid(n_voters), (_BLOCK,), (voters, directions, *geometry, votes))
-        if iter_callback is not None:
-            iter_callback(pass_index, plan.n_passes)
-    return votes
+    def find_pairs(self, pair_capacity: int, pairs=None):
+        """Queue ivote_close_pairs into ``pairs`` ((pair_capacity, 4) uint32; default: new)."""
+        self.pair_capacity = pair_capacity
+        self.pairs = self.xp.empty((pair_capacity, 4), dtype=np.uint32) if pairs is None else pairs
+        offsets = _ball(self.plan, self.xp)
+        self.kernels["ivote_close_pairs"](
+            _grid(self.capacity), (_BLOCK,),
+            (self.maxima, self.stats[_N_MAXIMA:], np.int32(self.capacity), self.is_maximum, self.votes, *self.dims,
+             offsets, np.int32(offsets.size), self.stats[_N_PAIRS:], self.pairs, np.int32(pair_capacity)),
+        )
+
+    def fits(self, header) -> bool:
+        return int(header[_N_MAXIMA]) <= self.capacity and int(header[_N_PAIRS]) <= self.pair_capacity
+
+    def fetch(self, header):
+        """(flat, votes) of the maxima and the pairs (flat, vote of the better; flat, vote
+        of the worse), on the host; ``header`` is the statistics on the host (the
+        kernels are re-run with more room if a list overflowed)."""
+        n_maxima, n_pairs = int(header[_N_MAXIMA]), int(header[_N_PAIRS])
+        if n_maxima > self.capacity:
+            self.stats[_N_MAXIMA:_N_PAIRS + 1] = 0
+            self.find_maxima(n_maxima)
+            self.find_pairs(max(self.pair_capacity, 4 * n_maxima))
+            n_pairs = int(to_host(self.stats[_N_PAIRS]))
+        if n_pairs > self.pair_capacity:
+            self.stats[_N_PAIRS] = 0
+            self.find_pairs(n_pairs)
+        maxima = to_host(self.maxima[:n_maxima]).astype(np.int64)
+        pairs = to_host(self.pairs[:n_pairs]).astype(np.int64) if n_pairs else np.zeros((0, 4), np.int64)
+        return maxima[:, 0], maxima[:, 1], pairs
+
+
+def _order_keys(flat, values):
+    """One uint64 per maximum, ascending best first: larger vote, then lower flat index."""
+    return ((np.uint64(0xFFFFFFFF) - values.astype(np.uint64)) << np.uint64(32)) | flat.astype(np.uint64)
+
+
+def _order_cells(flat, values, pairs):
+    """Maxima sorted best first (ties: lower flat index first), their votes, and
+    the pairs (rows: flat and vote of the better, flat and vote of the worse,
+    in any order) as (better, worse) places in that order, sorted, as
+    ``_reference.sorted_close_pairs`` returns them. One sort of integer keys."""
+    keys = np.sort(_order_keys(flat, values))
+    flat = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    values = (np.uint64(0xFFFFFFFF) - (keys >> np.uint64(32))).astype(np.int64)
+    if len(pairs) == 0:
+        return flat, values, np.zeros((0, 2), dtype=np.int64)
+    better = np.searchsorted(keys, _order_keys(pairs[:, 0], pairs[:, 1]))
+    worse = np.searchsorted(keys, _order_keys(pairs[:, 2], pairs[:, 3]))
+    order = np.argsort(better * len(keys) + worse)
+    return flat, values, np.stack([better[order], worse[order]], axis=1).astype(np.int64)
+
+
+def _capacity(size: int) -> int:
+    return max(4096, size // 64)
+
+
+_ONE_TRANSFER_BYTES = 1 << 20
+_MIN_LIST = 1024
+_last_counts: dict = {}
+"""(shape, radius, spacing) -> (maxima, close pairs) of the last detection: the
+next one (a slider, a time series) sizes its lists from them, small enough
+that the statistics and both lists come back in one copy."""
+
+
+def _results_buffer(shape, plan: VotingPlan, xp):
+    """One uint64 buffer: the statistics (zeroed), the maxima list and the pairs
+    list, sized from the last detection of this shape and plan when there was one."""
+    size = math.prod(shape)
+    last = _last_counts.get((tuple(shape), plan.radius, plan.spacing))
+    capacity, pair_capacity = (
+        (max(_MIN_LIST, 2 * last[0]), max(_MIN_LIST, 2 * last[1])) if last else (_capacity(size), 4 * _capacity(size))
+    )
+    results = xp.empty(_N_SLOTS + capacity + 2 * pair_capacity, dtype=np.uint64)
+    results[:_N_SLOTS].fill(0)
+    maxima = results[_N_SLOTS:_N_SLOTS + capacity].view(np.uint32).reshape(capacity, 2)
+    pairs = results[_N_SLOTS + capacity:].view(np.uint32).reshape(pair_capacity, 4)
+    return results, maxima, pairs
+
+
+def _to_pinned_host(array, xp) -> np.ndarray:
+    """``array`` copied to page-locked host memory (one copy, synchronised)."""
+    memory = xp.cuda.alloc_pinned_memory(array.nbytes)
+    host = np.frombuffer(memory, dtype=array.dtype, count=array.size).reshape(array.shape)
+    array.get(out=host)
+    return host
 
 
 def sorted_close_pairs(votes, flat, plan: VotingPlan):
-    """As ``_reference.sorted_close_pairs``, on the GPU (``ivote_close_pairs``),
-    with one transfer of the results to the host."""
+    """As ``_reference.sorted_close_pairs``, on the GPU (``ivote_close_pairs``)
+    for any list of maxima (flat indices)."""
     xp = get_array_module(votes)
     n = int(flat.size)
-    values = votes.ravel()[flat]
-    key = ((np.uint64(0xFFFFFFFF) - values.astype(np.uint64)) << np.uint64(32)) | flat.astype(np.uint64)
-    order = xp.argsort(key)
-    flat, values = flat[order].astype(np.int32), values[order].astype(np.int64)
-    rank = xp.full(votes.shape, -1, dtype=np.int32)
-    rank.ravel()[flat] = xp.arange(n, dtype=np.int32)
-    offsets = _ball(plan, xp)
-    Z, Y, X = _dims(votes.shape)
-    kernel = _module(plan.ndim, "int", xp)["ivote_close_pairs"]
-    capacity = max(64, 4 * n)
-    while True:
-        n_pairs = xp.zeros(1, dtype=np.int32)
-        pairs = xp.empty((capacity, 2), dtype=np.int32)
-        if n:
-            kernel(_grid(n), (_BLOCK,), (flat, np.int32(n), rank, np.int32(Z), np.int32(Y), np.int32(X), offsets,
-                                         np.int32(len(plan.offsets)), n_pairs, pairs, np.int32(capacity)))
-        found = to_host(xp.concatenate([flat.astype(np.int64), values, n_pairs.astype(np.int64),
-                                        pairs.ravel().astype(np.int64)]))  # one transfer
-        count = int(found[2 * n])
-        if count <= capacity:
-            break
-        capacity = count
-    pairs = found[2 * n + 1:].reshape(-1, 2)[:count]
-    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]  # atomics wrote them in any order
-    return found[:n], found[n:2 * n], pairs
+    kernels = _module(plan.ndim, "int", xp)
+    is_maximum = xp.zeros(votes.size, dtype=np.uint8)
+    is_maximum[flat] = 1
+    stats = xp.zeros(_N_SLOTS, dtype=np.uint64)
+    stats[_N_MAXIMA] = n
+    cells = _Cells(votes, plan, stats, kernels, xp, is_maximum=is_maximum)
+    cells.capacity = max(n, 1)
+    cells.maxima = xp.ascontiguousarray(xp.stack([flat, votes.ravel()[flat]], axis=1).astype(np.uint32))
+    cells.find_pairs(max(64, 4 * n))
+    return _order_cells(*cells.fetch(to_host(stats)))
+
+
+# ---------------------------------------------------------------------------
+# The whole detection
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class GpuDetection:
+    """What :func:`detect` returns; ``flat``, ``values`` and ``pairs`` as ``sorted_close_pairs``."""
+
+    votes: object
+    flat: np.ndarray
+    values: np.ndarray
+    pairs: np.ndarray
+    extremes: tuple
+    """(min, max) of the image, or (nan,) when it (or ``also_finite``) holds NaN/Inf."""
+
+
+def _from_key(key) -> float:
+    key = np.uint64(key)
+    bits = key & np.uint64(0x7FFF_FFFF_FFFF_FFFF) if key >> np.uint64(63) else ~key
+    return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+
+
+def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None, *, also_finite=None,
+           phase_callback=None) -> GpuDetection:
+    """Normalise, blur (``sigma`` per axis, pixels; None: no blur), vote and find
+    the local maxima and their close pairs, with one synchronisation at the end.
+
+    ``also_finite``: another array (e.g. all channels of an RGB image) whose
+    NaN/Inf are reported too. ``phase_callback(name)`` is called after each phase
+    is queued (benchmarks record CUDA events there). The caller checks
+    ``extremes`` (NaN/Inf, constant image) before using the rest.
+    """
+    xp = get_array_module(signal)
+    if signal.size >= 2**31:
+        raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
+    check_packable(plan)  # before any work
+    _check_kernels(xp, plan.ndim, "int")
+    kernels = _module(plan.ndim, "int", xp)
+    mark = phase_callback or (lambda name: None)
+
+    results, maxima, pairs = _results_buffer(signal.shape, plan, xp)
+    stats = results[:_N_SLOTS]
+    source = _kernel_input(signal, xp)
+    _min_max(source, stats, kernels)
+    if also_finite is not None:
+        _min_max(_kernel_input(also_finite, xp), stats[_RGB:], kernels)
+    smoothed = _normalise_and_blur(source, sigma, stats, kernels, xp)
+    del source
+    mark("blur")
+    weights, directions = _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp)
+    del smoothed
+    mark("voters")
+    votes = _passes(weights, directions, plan, "int", iter_callback, kernels, xp)
+    del weights, directions
+    mark("passes")
+    cells = _Cells(votes, plan, stats, kernels, xp)
+    cells.find_maxima(len(maxima), maxima)
+    cells.find_pairs(len(pairs), pairs)
+    mark("maxima")
+
+    # the one synchronisation: statistics and lists in one copy when small (else the statistics first)
+    whole = results.nbytes <= _ONE_TRANSFER_BYTES
+    host = _to_pinned_host(results if whole else stats, xp)
+    header = host[:_N_SLOTS].copy()
+    mark("synchronised")
+    if header[_NONFINITE] or header[_RGB + _NONFINITE]:
+        empty = np.zeros(0, dtype=np.int64)
+        return GpuDetection(votes, empty, empty, np.zeros((0, 2), np.int64), (float("nan"),))
+    extremes = (_from_key(~np.uint64(header[_LOW_KEY])), _from_key(header[_HIGH_KEY]))
+    if whole and cells.fits(header):
+        n_maxima, n_pairs = int(header[_N_MAXIMA]), int(header[_N_PAIRS])
+        found = host[_N_SLOTS:_N_SLOTS + cells.capacity].view(np.uint32).reshape(-1, 2)[:n_maxima].astype(np.int64)
+        listed = host[_N_SLOTS + cells.capacity:].view(np.uint32).reshape(-1, 4)[:n_pairs].astype(np.int64)
+        found = (found[:, 0], found[:, 1], listed)
+    else:
+        found = cells.fetch(header)
+    del host
+    if len(_last_counts) >= 64:
+        _last_counts.clear()
+    _last_counts[(tuple(signal.shape), plan.radius, plan.spacing)] = (len(found[0]), len(found[2]))
+    flat, values, pair_rows = _order_cells(*found)
+    mark("fetched")
+    return GpuDetection(votes, flat, values, pair_rows, extremes)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .._backend import get_array_module, ndimage_module, select_xp, to_device, to_host
+from .._backend import get_array_module, ndimage_module, select_xp, to_device
 from .._validate import check_finite_range, check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
 from ._plan import VotingPlan, make_plan
@@ -63,7 +63,7 @@ def otsu_threshold(scores) -> float:
     """
     scores = np.asarray(scores, dtype=np.float64)
     scores = scores[scores > 0]
-    if len(np.unique(scores)) < 2:
+    if len(scores) == 0 or scores.min() == scores.max():  # fewer than two distinct scores
         return float("-inf")
     from skimage.filters import threshold_otsu
 
@@ -120,10 +120,18 @@ def _candidates(votes, plan: VotingPlan, xp):
         from ._reference import sorted_close_pairs
     else:
         from ._cuda import sorted_close_pairs
-    flat, values, pairs = sorted_close_pairs(votes, flat, plan)
+    return _kept_cells(*sorted_close_pairs(votes, flat, plan), votes.shape)
+
+
+def _kept_cells(flat, values, pairs, shape):
+    """(M, ndim) int64 coordinates and (M,) int64 votes of the maxima (best
+    first, as ``sorted_close_pairs`` returns them) that the greedy scan keeps."""
     keep = _greedy_keep(len(flat), pairs)
-    coords = np.stack(np.unravel_index(flat[keep], votes.shape), axis=1).astype(np.int64)
-    return coords.reshape(-1, plan.ndim), values[keep].astype(np.int64)
+    coords = np.stack(np.unravel_index(flat[keep], shape), axis=1).astype(np.int64)
+    return coords.reshape(-1, len(shape)), values[keep].astype(np.int64)
+
+
+_FEW_PAIRS = 256  # below this, the scan over the pairs beats the vectorised rounds
 
 
 def _greedy_keep(n: int, pairs) -> np.ndarray:
@@ -140,6 +148,13 @@ def _greedy_keep(n: int, pairs) -> np.ndarray:
         kept[:] = True
         return kept
     better, worse = pairs[:, 0], pairs[:, 1]
+    if len(pairs) <= _FEW_PAIRS:  # in order of the worse maximum, its better ones are all decided
+        kept[:] = True
+        order = np.argsort(worse, kind="stable")
+        for b, w in zip(better[order].tolist(), worse[order].tolist()):
+            if kept[b]:
+                kept[w] = False
+        return kept
     decided = np.zeros(n, dtype=bool)
     while not decided.all():
         waiting = np.bincount(worse[~decided[better]], minlength=n) > 0  # a better neighbour is undecided
@@ -270,34 +285,10 @@ def iterative_voting(
     if signal.size >= 2**31 and xp is not np:
         raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
 
-    # float64 up to the quantised weights: both backends then round alike (see _plan.py)
-    smoothed = signal.astype(np.float64, order="C", copy=True)
-    extremes = [smoothed.min(), smoothed.max()]
-    if features is None and from_rgb and image.dtype.kind == "f":  # every channel, not just the signal
-        extremes += [image.min().astype(np.float64), image.max().astype(np.float64)]
-    extremes = [float(v) for v in to_host(xp.stack(extremes))]  # one sync
-    check_finite_range(extremes, name="features" if features is not None else "image")
-    low, high = extremes[:2]
-    name = "numpy" if xp is np else "cupy"
-    if high > low:
-        smoothed -= low
-        smoothed /= high - low
-        if features is None and blur > 0:
-            sigma = tuple(blur / s for s in spacing)
-            smoothed = ndimage_module(xp).gaussian_filter(smoothed, sigma=sigma, mode="reflect")
-        if xp is np:
-            from ._cpu import run_passes  # equal to _reference.run_passes, over the cone tables
-        else:
-            from ._cuda import run_passes
-        holder = [smoothed]  # run_passes takes the only reference and frees it early
-        del smoothed
-        votes = run_passes(holder, plan, sign, iter_callback)
-        coords, values = _candidates(votes, plan, xp)
-        n_passes = plan.n_passes
-    else:  # constant image: no gradient, no voter, no cell
-        votes = xp.zeros(signal.shape, dtype=np.uint32)
-        coords, values = np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)
-        n_passes = 0
+    detect_on = _detect_on_cpu if xp is np else _detect_on_gpu
+    votes, coords, values, n_passes = detect_on(
+        image, signal, plan, sign, blur, spacing, from_rgb, features is not None, iter_callback
+    )
     candidates = coords.astype(np.float64)
     candidate_scores = values / float(plan.weight_scale)
     vote_field = votes.astype(np.float32) / np.float32(plan.weight_scale) if return_votes else None
@@ -309,8 +300,49 @@ def iterative_voting(
         candidate_scores=candidate_scores,
         vote_field=vote_field,
         n_passes=n_passes,
-        backend=name,
+        backend="numpy" if xp is np else "cupy",
         radius=radius,
         spacing=spacing,
     )
     return result.with_threshold(threshold)
+
+
+def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback):
+    """Votes, cell coordinates and votes, and passes run, with one host synchronisation
+    (``_cuda.detect``); NaN/Inf are found from the image's statistics, reported at the end."""
+    from ._cuda import detect
+
+    sigma = tuple(blur / s for s in spacing) if not has_features and blur > 0 else None
+    rgb = image if not has_features and from_rgb and image.dtype.kind == "f" else None
+    found = detect(signal, plan, sign, sigma, iter_callback, also_finite=rgb)
+    check_finite_range(found.extremes, name="features" if has_features else "image")
+    low, high = found.extremes
+    if not high > low:  # constant image: no gradient, no voter, no cell
+        return found.votes, np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), 0
+    coords, values = _kept_cells(found.flat, found.values, found.pairs, signal.shape)
+    return found.votes, coords, values, plan.n_passes
+
+
+def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback):
+    """As :func:`_detect_on_gpu`, on NumPy: normalise, blur, vote (``_cpu.run_passes``), cells."""
+    # float64 up to the quantised weights: both backends then round alike (see _plan.py)
+    smoothed = signal.astype(np.float64, order="C", copy=True)
+    extremes = [smoothed.min(), smoothed.max()]
+    if not has_features and from_rgb and image.dtype.kind == "f":  # every channel, not just the signal
+        extremes += [image.min(), image.max()]
+    check_finite_range([float(v) for v in extremes], name="features" if has_features else "image")
+    low, high = float(extremes[0]), float(extremes[1])
+    if not high > low:  # constant image: no gradient, no voter, no cell
+        return np.zeros(signal.shape, dtype=np.uint32), np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), 0
+    smoothed -= low
+    smoothed /= high - low
+    if not has_features and blur > 0:
+        sigma = tuple(blur / s for s in spacing)
+        smoothed = ndimage_module(np).gaussian_filter(smoothed, sigma=sigma, mode="reflect")
+    from ._cpu import run_passes  # equal to _reference.run_passes, over the cone tables
+
+    holder = [smoothed]  # run_passes takes the only reference and frees it early
+    del smoothed
+    votes = run_passes(holder, plan, sign, iter_callback)
+    coords, values = _candidates(votes, plan, np)
+    return votes, coords, values, plan.n_passes
