@@ -75,29 +75,35 @@ def time_call(fn, repeat: int) -> float:
 
 
 def stage_times(xp, device_image, radius, repeat=3):
-    """Median ms of the stages (blur incl. normalisation, passes, maxima + NMS)."""
-    from ivote._backend import ndimage_module
-    from ivote.detect._cuda import run_passes
+    """Median GPU ms of the phases of a detection (``_cuda.detect``; CUDA events
+    recorded as each phase is queued): statistics + normalisation + blur, voters
+    (gradient, weights, directions), passes, maxima + close pairs; then the
+    greedy scan of the maxima on the host (wall ms, after the synchronisation)."""
+    from ivote.detect._cuda import detect
     from ivote.detect._plan import make_plan
-    from ivote.detect._voting import _candidates
+    from ivote.detect._voting import _kept_cells
 
-    plan = make_plan(radius, (1.0,) * device_image.ndim, device_image.ndim)
-    stages = {"blur": [], "passes": [], "maxima": []}
+    ndim = device_image.ndim
+    plan = make_plan(radius, (1.0,) * ndim, ndim)
+    names = ("blur", "voters", "passes", "maxima", "host")
+    stages = {name: [] for name in names}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        smoothed = device_image.astype(np.float64)
-        low, high = float(smoothed.min()), float(smoothed.max())
-        smoothed = ndimage_module(xp).gaussian_filter((smoothed - low) / (high - low), 2.0)
-        xp.cuda.get_current_stream().synchronize()
-        t1 = time.perf_counter()
-        votes = run_passes(smoothed, plan, 1.0)
-        del smoothed
-        xp.cuda.get_current_stream().synchronize()
-        t2 = time.perf_counter()
-        _candidates(votes, plan, xp)
-        t3 = time.perf_counter()
-        for key, value in zip(stages, (t1 - t0, t2 - t1, t3 - t2)):
-            stages[key].append(1e3 * value)
+        events = [xp.cuda.Event()]
+        events[0].record()
+
+        def mark(name, events=events):
+            if name in names:
+                event = xp.cuda.Event()
+                event.record()
+                events.append(event)
+
+        found = detect(device_image, plan, 1.0, (2.0,) * ndim, phase_callback=mark)  # synchronised at the end
+        queued = time.perf_counter()
+        _kept_cells(found.flat, found.values, found.pairs, device_image.shape)
+        done = time.perf_counter()
+        gpu = [xp.cuda.get_elapsed_time(a, b) for a, b in zip(events[:-1], events[1:])]
+        for name, value in zip(names, gpu + [1e3 * (done - queued)]):
+            stages[name].append(value)
     return {key: statistics.median(v) for key, v in stages.items()}
 
 
@@ -124,7 +130,7 @@ def pass_profile(xp, device_image, radius, repeat=3):
         events[-1].synchronize()
         runs.append([xp.cuda.get_elapsed_time(a, b) for a, b in zip(events[:-1], events[1:])])
     per_pass = np.median(np.array(runs[1:]), axis=0)
-    per_pass[0] = np.median([r[0] for r in runs[1:]])  # includes set-up (weights, voters, directions)
+    per_pass[0] = np.median([r[0] for r in runs[1:]])  # includes set-up (gradient, weights, directions)
     return plan, per_pass
 
 
@@ -167,7 +173,7 @@ def main(argv=None) -> int:
         f"Device: {backend_name(xp)}. Median of {repeat} GPU runs after warm-up; NumPy path timed on a crop "
         f"({args.numpy_crop[0]}² / {args.numpy_crop[1]}³) and compared by voxels/s; blob_log: 1 run, CPU.",
         "",
-        "| case | radius | cells | passes | GPU ms | blur / passes / maxima ms | GPU Mvox/s | peak GPU B/vox | NumPy Mvox/s (crop) | GPU/NumPy | blob_log s | GPU/blob_log |",
+        "| case | radius | cells | passes | GPU ms | blur / voters / passes / maxima GPU ms, host ms | GPU Mvox/s | peak GPU B/vox | NumPy Mvox/s (crop) | GPU/NumPy | blob_log s | GPU/blob_log |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(lines), flush=True)
@@ -194,7 +200,8 @@ def main(argv=None) -> int:
             blob, blob_ratio = f"{b:.2f}", f"{b / seconds:.0f}x"
         line = (
             f"| {ndim}D {size}^{ndim} | {radius:g} | {len(found.points)} | {found.n_passes} | {1e3 * seconds:.2f} | "
-            f"{stages['blur']:.1f} / {stages['passes']:.1f} / {stages['maxima']:.1f} | "
+            f"{stages['blur']:.2f} / {stages['voters']:.2f} / {stages['passes']:.2f} / {stages['maxima']:.2f}, "
+            f"{stages['host']:.2f} | "
             f"{rate / 1e6:.1f} | {memory.peak / image.size:.1f} | {numpy_rate / 1e6:.3f} | {rate / numpy_rate:.0f}x | "
             f"{blob} | {blob_ratio} |"
         )
