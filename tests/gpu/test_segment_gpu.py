@@ -175,7 +175,7 @@ def test_device_fit_matches_numpy(ndim):
 
 
 def test_device_hull_counts_match_scikit_image():
-    """The merge's touching pairs (one bitmap pass) and 3D hull voxel counts in one launch
+    """The merge's touching pairs (one bitmap pass), union masks (one launch) and 3D hull voxel counts in one launch
     (ivote_levelset_hull_count) against the NumPy pairs and scikit-image's convex_hull_image,
     on the unions of touching synthetic nuclei."""
     from skimage.morphology import convex_hull_image
@@ -189,6 +189,8 @@ def test_device_hull_counts_match_scikit_image():
     np.testing.assert_array_equal(device_pairs, _merge._touching_pairs(truth))  # the bitmap kernel
     masks = _merge._union_masks(truth, pairs, None)  # touching nuclei: concave unions
     assert len(masks) >= 8
+    device_masks = _merge._union_masks(default_xp().asarray(truth, dtype=np.int32), pairs, None)  # one launch
+    assert all(d.shape == m.shape and np.array_equal(d, m) for d, m in zip(device_masks, masks))
     equations = [_merge._hull_equations_3d(m) for m in masks]
     got = _merge._device_hull_counts(equations, [m.shape for m in masks], default_xp())
     expected = [int(convex_hull_image(m).sum()) for m in masks]

@@ -805,6 +805,30 @@ __global__ void ivote_levelset_touching_pairs(const int* __restrict__ labels, co
     }
 }
 
+// ivote_levelset_pair_masks: the merge's union masks of many label pairs in one launch. Pair p:
+// labels a = params[8p], b = params[8p + 1], image region origin params[8p + 2 .. 8p + 4] (z, y,
+// x) and shape params[8p + 5 .. 8p + 7]; out[starts[p] + r] = 1 where region cell r (x fastest)
+// carries a or b, else 0. labels: (iz, iy, ix) int image.
+__global__ void ivote_levelset_pair_masks(const int* __restrict__ labels, const int iy, const int ix,
+                                          const int* __restrict__ params, const long long* __restrict__ starts,
+                                          const int n_pairs, unsigned char* __restrict__ out,
+                                          const long long total) {
+    for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < total;
+         c += (long long)gridDim.x * blockDim.x) {
+        int p = 0, upper = n_pairs;  // the last pair whose first cell is <= c
+        while (upper - p > 1) {
+            const int mid = (p + upper) / 2;
+            if (starts[mid] <= c) p = mid;
+            else upper = mid;
+        }
+        const int* q = params + 8 * p;
+        const long long r = c - starts[p];
+        const int x = (int)(r % q[7]), y = (int)((r / q[7]) % q[6]), z = (int)(r / ((long long)q[7] * q[6]));
+        const int value = labels[((long long)(q[2] + z) * iy + (q[3] + y)) * ix + (q[4] + x)];
+        out[c] = (value == q[0] || value == q[1]) ? 1 : 0;
+    }
+}
+
 // ivote_levelset_hull_count: voxels inside many 3D convex hulls (the merge's solidity test), as
 // _merge._count_in_hull_3d counts them: one thread per (hull h, z, y) line of hull h's
 // (nz, ny, nx) grid (shapes[3h..]); the line's x interval is bounded by every facet equation

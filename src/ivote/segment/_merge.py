@@ -25,7 +25,8 @@ def _merge_kernels(index_type: str):
     """The merge's CUDA kernels (levelset.cu), one module: touching pairs and hull counts."""
     from .._backend import load_module
 
-    names = {"pairs": f"ivote_levelset_touching_pairs<{index_type}>", "hulls": "ivote_levelset_hull_count"}
+    names = {"pairs": f"ivote_levelset_touching_pairs<{index_type}>", "hulls": "ivote_levelset_hull_count",
+             "masks": "ivote_levelset_pair_masks"}
     module = load_module("levelset", name_expressions=tuple(names.values()))
     return {key: module.get_function(name) for key, name in names.items()}
 
@@ -105,12 +106,16 @@ def _hull_equations_3d(mask: np.ndarray) -> np.ndarray:
     zf, yf = np.nonzero(keep_first)
     zl, yl = np.nonzero(keep_last)
     points = np.concatenate([np.stack([zf, yf, first[zf, yf]], 1), np.stack([zl, yl, last[zl, yl]], 1)])
-    if np.linalg.matrix_rank((points - points[0]).astype(np.float64)) < 3:
+    if _coplanar(points):
         # a flat object: scikit-image's hull of the voxels fails (empty image), and so does this
         raise ValueError("the mask's voxels are coplanar: no 3D convex hull")
-    # face centres on the doubled (integer) grid, made unique as one integer code each
+    # face centres on the doubled (integer) grid; a face shared with another voxel of the mask
+    # is the midpoint of two voxel centres, no vertex of the hull: only exposed faces count
+    padded = np.pad(mask, 1)
     offsets = np.concatenate([np.eye(3, dtype=np.int64), -np.eye(3, dtype=np.int64)])
-    doubled = ((2 * points)[:, None, :] + offsets).reshape(-1, 3) + 1
+    neighbours = points[:, None, :] + offsets + 1  # (P, 6, 3) in the padded mask
+    exposed = ~padded[neighbours[..., 0], neighbours[..., 1], neighbours[..., 2]]
+    doubled = ((2 * points)[:, None, :] + offsets)[exposed] + 1
     size = 2 * np.asarray(mask.shape, dtype=np.int64) + 3
     codes = np.unique((doubled[:, 0] * size[1] + doubled[:, 1]) * size[2] + doubled[:, 2])
     coords = np.stack([codes // (size[1] * size[2]), (codes // size[2]) % size[1], codes % size[2]], 1)
@@ -118,6 +123,19 @@ def _hull_equations_3d(mask: np.ndarray) -> np.ndarray:
     # qhull triangulates: coplanar facets repeat one plane (to rounding), keep one of each
     _, first_of_plane = np.unique(np.round(equations, 8), axis=0, return_index=True)
     return np.ascontiguousarray(equations[np.sort(first_of_plane)])
+
+
+def _coplanar(points: np.ndarray) -> bool:
+    """Whether integer points (P, 3) lie in one plane (exact integer arithmetic)."""
+    rel = points - points[0]
+    nonzero = np.flatnonzero(np.any(rel != 0, axis=1))
+    if len(nonzero) == 0:
+        return True
+    cross = np.cross(rel[nonzero[0]], rel)
+    spanning = np.flatnonzero(np.any(cross != 0, axis=1))
+    if len(spanning) == 0:
+        return True  # collinear
+    return not np.any(rel @ cross[spanning[0]])
 
 
 HULL_TOLERANCE = 1e-10  # scikit-image's inclusion test: every facet equation below this at the voxel
@@ -206,16 +224,30 @@ def _union_masks(labels, pairs, boxes):
     if len(pairs) == 0:
         return []
     regions = [_pair_region(labels.shape, a, b, boxes) for a, b in pairs]
-    flat = []
-    for (a, b), region in zip(pairs, regions):
-        crop = labels[region]
-        flat.append(((crop == a) | (crop == b)).ravel())
-    host = to_host(xp.concatenate(flat))
+    shapes = [tuple(len(range(*r.indices(n))) for r, n in zip(region, labels.shape)) for region in regions]
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    if xp is not np and labels.ndim in (2, 3) and labels.dtype == xp.int32:
+        # one launch and one transfer for all pairs
+        params = np.zeros((len(pairs), 8), dtype=np.int32)
+        for k, ((a, b), region, shape) in enumerate(zip(pairs, regions, shapes)):
+            params[k, :2] = a, b
+            params[k, 2 + 3 - labels.ndim : 5] = [r.start or 0 for r in region]
+            params[k, 5 : 5 + 3 - labels.ndim] = 1
+            params[k, 8 - labels.ndim :] = shape
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        out = xp.empty(int(starts[-1]), dtype=xp.uint8)
+        image = (1,) * (3 - labels.ndim) + labels.shape
+        _merge_kernels("int")["masks"](
+            (int(min(-(-int(starts[-1]) // 256), 1 << 16)),), (256,),
+            (xp.ascontiguousarray(labels), np.int32(image[1]), np.int32(image[2]), xp.asarray(params),
+             xp.asarray(starts), np.int32(len(pairs)), out, np.int64(starts[-1])))
+        host = to_host(out).view(bool)
+    else:
+        host = np.concatenate([((labels[r] == a) | (labels[r] == b)).ravel() for (a, b), r in zip(pairs, regions)])
     masks, start = [], 0
-    for part, region in zip(flat, regions):
-        shape = tuple(len(range(*r.indices(n))) for r, n in zip(region, labels.shape))
-        union = host[start : start + part.size].reshape(shape)
-        start += part.size
+    for size, shape in zip(sizes, shapes):
+        union = host[start : start + size].reshape(shape)
+        start += size
         nonzero = np.nonzero(union)
         if len(nonzero[0]) == 0:
             masks.append(union[(slice(0, 0),) * labels.ndim])
@@ -236,7 +268,8 @@ def _threaded(function, items):
         return [function(item) for item in items]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1, len(items)))) as pool:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, cores, len(items)))) as pool:
         return list(pool.map(function, items))
 
 
