@@ -175,9 +175,9 @@ def test_device_fit_matches_numpy(ndim):
 
 
 def test_device_hull_counts_match_scikit_image():
-    """The merge's touching pairs (one bitmap pass), union masks (one launch) and 3D hull voxel counts in one launch
-    (ivote_levelset_hull_count) against the NumPy pairs and scikit-image's convex_hull_image,
-    on the unions of touching synthetic nuclei."""
+    """The merge on the GPU: touching pairs (one bitmap pass), union masks (one launch) and 3D
+    hull voxel counts (one launch of ivote_levelset_hull_count) against the NumPy pairs and
+    masks and scikit-image's convex_hull_image, on the unions of touching synthetic nuclei."""
     from skimage.morphology import convex_hull_image
 
     from ivote._backend import default_xp
