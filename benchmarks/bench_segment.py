@@ -153,19 +153,22 @@ def tile_sweep(image, centers, radius, spacing):
     return results[best], {t: 1e6 * r[0] for t, r in results.items()}
 
 
-MARCH_CANDIDATES = ([dict(threads=256, unroll=1, min_blocks=m, planes=p) for m in (5, 6) for p in (None, 13, 20, 39)]
-                    + [dict(threads=256, unroll=2, min_blocks=5, planes=None),
-                       dict(threads=512, unroll=1, min_blocks=3, planes=None),
-                       dict(threads=128, unroll=1, min_blocks=12, planes=None)])
+MARCH_CANDIDATES = [dict(threads=256, unroll=1, min_blocks=5, planes=None, memset=None),
+                    dict(threads=256, unroll=1, min_blocks=5, planes=None, memset=False),
+                    dict(threads=256, unroll=1, min_blocks=5, planes=20, memset=None),
+                    dict(threads=256, unroll=1, min_blocks=6, planes=None, memset=None),
+                    dict(threads=256, unroll=2, min_blocks=5, planes=None, memset=None)]
 
 
 def march_sweep(image, centers, radius, spacing):
     """The 3D fused kernel alone: the tiled kernel (TILES[3]) and the z-marching kernel for a few
-    (threads, unroll, min blocks per SM, planes); sets the fastest marching configuration as the default."""
+    (threads, unroll, min blocks per SM, planes, canvas zeroed by a memset or in the kernel); sets the
+    fastest marching configuration as the default."""
     results = {"tiled " + str(_cuda.TILES[3]): kernel_bandwidth(image, centers, radius, spacing, tiles=_cuda.TILES[3])}
     configs = {}
     for config in MARCH_CANDIDATES:
-        key = "march {threads}/{unroll}/{min_blocks}/{}".format(config["planes"] or "auto", **config)
+        key = "march {threads}/{unroll}/{min_blocks}/{}{}".format(
+            config["planes"] or "auto", "" if config["memset"] is None else "/zero in kernel", **config)
         configs[key] = config
         try:
             results[key] = kernel_bandwidth(image, centers, radius, spacing, march=config)

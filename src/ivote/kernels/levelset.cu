@@ -7,7 +7,8 @@
 // Buffers rotate with the iteration k (the caller passes the pointers):
 //   canvas_in   = sum over objects of the compact Heaviside of phi^k, image-sized (read)
 //   canvas_out  = the same sum for phi^(k+1), accumulated here with atomics (zeroed by launch k-1)
-//   canvas_zero = the buffer launch k+1 accumulates into: zeroed here at every box cell
+//   canvas_zero = the buffer launch k+1 accumulates into: zeroed here at every box cell (null: the
+//                 caller zeroes that buffer whole before launch k+1, cheaper where boxes overlap)
 //   sums_in/out/zero: per object (sum of H(phi) I, sum of H(phi)) over valid cells, same rotation
 // so an iteration is a single launch, with no host round trip, and it replays as a CUDA graph.
 // The NumPy reference (ivote/segment/_reference.py) evaluates the same formulas.
@@ -182,14 +183,14 @@ __device__ __forceinline__ void ivote_levelset_block_sums(float acc_hi, float ac
 }
 
 // ivote_levelset_accumulate: after writing phi^(k+1) = next of a cell in the image at pixel gidx:
-// zero the canvas of the next launch there, add the compact Heaviside to canvas_out (only where it
+// zero the canvas of the next launch there (unless canvas_zero is null), add the compact Heaviside to canvas_out (only where it
 // is non-zero), and the cell's share of the region sums to the thread's accumulators.
 template <typename IndexT>
 __device__ __forceinline__ void ivote_levelset_accumulate(float next, float value, IndexT gidx, float inv_eps,
                                                           float* __restrict__ canvas_out,
                                                           float* __restrict__ canvas_zero, float& acc_hi,
                                                           float& acc_h) {
-    canvas_zero[gidx] = 0.0f;
+    if (canvas_zero != nullptr) canvas_zero[gidx] = 0.0f;
     const float hc = ivote_heaviside_compact(next, inv_eps);
     if (hc > 0.0f) atomicAdd(canvas_out + gidx, hc);
     const float h = ivote_heaviside(next, inv_eps);

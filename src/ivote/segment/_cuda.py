@@ -27,9 +27,10 @@ _THREADS = 256
 # 3D: the step kernel that marches along z (ivote_levelset_step_march): threads per block, unrolling
 # of its loop over a thread's cells, blocks per SM its registers must allow, z-planes per block (a
 # target, the box's planes are split evenly; None: as few as keep every block of a launch resident
-# at once, min_blocks per SM, so no second partial wave). The fastest of a sweep on an H100
-# (benchmarks/results/segment.md).
-MARCH = {"threads": 256, "unroll": 1, "min_blocks": 5, "planes": None}
+# at once, min_blocks per SM, so no second partial wave), and whether a memset zeroes the next
+# canvas (None: where the boxes hold more cells than the image; any dimensionality). The fastest
+# of a sweep on an H100 (benchmarks/results/segment.md).
+MARCH = {"threads": 256, "unroll": 1, "min_blocks": 5, "planes": None, "memset": None}
 _MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
 _MOMENT_CELLS = 8192  # box cells per block of the moments kernel
 
@@ -152,6 +153,10 @@ class CudaStepper:
         self.psi = xp.zeros(batch.valid.shape, dtype=xp.float32)
         self.canvas = [xp.zeros(batch.image_size, dtype=xp.float32) for _ in range(3)]
         self.sums = [xp.zeros((n, 2), dtype=xp.float32) for _ in range(3)]
+        # the canvas of the next launch: zeroed whole by a memset where the boxes hold more cells
+        # than the image (3D, overlapping boxes: fewer bytes, whole lines), else by the kernel
+        memset = march.get("memset")
+        self.zero_by_memset = (bool(memset) if memset is not None else self.cells >= batch.image_size) and not self.emulated
         self.block_length = int(block_length)
         self.use_graph = use_graph
         self.graph = None
@@ -250,7 +255,10 @@ class CudaStepper:
     def _launch(self, k: int, phi_in, phi_out, prime: bool):
         """Launch iteration k (prime: k = 0, copy and accumulate only)."""
         c, s = self.canvas, self.sums
-        args = (phi_in, phi_out, self.image, c[k % 3], c[(k + 1) % 3], c[(k + 2) % 3],
+        if self.zero_by_memset and not prime:
+            c[(k + 1) % 3].fill(0)  # launch k accumulates into it; launch k - 2 read it last
+        zero = np.uint64(0) if self.zero_by_memset else c[(k + 2) % 3]  # null: the kernel zeroes nothing
+        args = (phi_in, phi_out, self.image, c[k % 3], c[(k + 1) % 3], zero,
                 s[k % 3], s[(k + 1) % 3], s[(k + 2) % 3], self.region_consts, self.origins, self.psi,
                 self.coef, self.dims, np.int32(1 if prime else 0))
         if self.shared_bytes:
