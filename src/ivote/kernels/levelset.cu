@@ -638,6 +638,22 @@ __global__ void ivote_levelset_edt_x(const float* __restrict__ phi, float* __res
     }
 }
 
+// ivote_levelset_line_min<IndexT>: one separable EDT step along a line of L cells (stride apart,
+// from g_in / g_out, global or shared memory) at position pos: the minima over the line of
+// g(k) + ((k - pos) h)^2 for the inside and the outside transform.
+template <typename IndexT>
+__device__ __forceinline__ void ivote_levelset_line_min(const float* g_in, const float* g_out, IndexT stride, int L,
+                                                        int pos, float h, float& best_in, float& best_out) {
+    best_in = IVOTE_EDT_INF;
+    best_out = IVOTE_EDT_INF;
+    for (int k = 0; k < L; ++k) {
+        const float d = (float)(k - pos) * h;
+        const float d2 = d * d;
+        best_in = fminf(best_in, g_in[(IndexT)k * stride] + d2);
+        best_out = fminf(best_out, g_out[(IndexT)k * stride] + d2);
+    }
+}
+
 // ivote_levelset_edt_xy<NT, IndexT>: the first two passes of the 3D reinitialisation in one
 // launch, one z-plane of one box per block (grid: object, z), in shared memory (dynamic, 3 x by x
 // bx floats): the inside mask of the plane, then ivote_levelset_edt_x's g_in, g_out along x, then
@@ -681,25 +697,62 @@ ivote_levelset_edt_xy(const float* __restrict__ phi, float* __restrict__ h_in, f
     if (__syncthreads_or(mine) && tid == 0) *any_inside = 1u;
     for (int i = tid; i < cells; i += NT) {
         const int y = i / bx, x = i - (i / bx) * bx;
-        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
-        for (int k = 0; k < by; ++k) {
-            const float d = (float)(k - y) * hy;
-            const float d2 = d * d;
-            best_in = fminf(best_in, g_in[k * bx + x] + d2);
-            best_out = fminf(best_out, g_out[k * bx + x] + d2);
-        }
+        float best_in, best_out;
+        ivote_levelset_line_min<int>(g_in + x, g_out + x, bx, by, y, hy, best_in, best_out);
         h_in[base + i] = best_in;
         h_out[base + i] = best_out;
     }
 }
 
+// ivote_levelset_edt_finish<NDIM, IndexT>: the reinitialised level set of cell c (object obj, box
+// position z, y, x) from its squared distances to the nearest outside (best_in) and inside
+// (best_out) cells, as _segment._reinitialise: inside cells d_in - 1/2, outside -(min(d_out, clip)
+// - 1/2); cells with an axis neighbour (edge-replicated) of the other side keep their sub-pixel
+// position clip(phi / max(|grad phi|, 0.1), -1, 1) with the sign of the mask; -clip everywhere when
+// no box has an inside cell.
+template <int NDIM, typename IndexT>
+__device__ __forceinline__ void ivote_levelset_edt_finish(IndexT c, int obj, int z, int y, int x, float best_in,
+                                                          float best_out, const float* __restrict__ phi,
+                                                          float* __restrict__ phi_out,
+                                                          const int* __restrict__ origins,
+                                                          const float* __restrict__ coef,
+                                                          const int* __restrict__ dims,
+                                                          const unsigned int* __restrict__ any_inside,
+                                                          const float clip) {
+    const int bz = dims[0], by = dims[1], bx = dims[2];
+    const float value = phi[c];
+    const bool me = value > 0.0f && ivote_levelset_valid(origins, dims, obj, z, y, x);
+    const float d_in = sqrtf(best_in), d_out = fminf(sqrtf(best_out), clip);
+    const float sdf = me ? d_in - 0.5f : -(d_out - 0.5f);
+    float grad2 = 0.0f;
+    bool near = false;
+    const IndexT cell_stride[3] = {(IndexT)bx * by, (IndexT)bx, (IndexT)1};
+    const int p[3] = {z, y, x};
+    const int extent[3] = {bz, by, bx};
+#pragma unroll
+    for (int a = 3 - NDIM; a < 3; ++a) {
+        const int lo = max(p[a] - 1, 0), hi = min(p[a] + 1, extent[a] - 1);
+        const IndexT c_lo = c + (IndexT)(lo - p[a]) * cell_stride[a];
+        const IndexT c_hi = c + (IndexT)(hi - p[a]) * cell_stride[a];
+        const float v_lo = phi[c_lo], v_hi = phi[c_hi];
+        const float g = (v_hi - v_lo) / (2.0f * coef[8 + a]);
+        grad2 = __fadd_rn(grad2, __fmul_rn(g, g));
+        int q[3] = {z, y, x};
+        q[a] = lo;
+        const bool in_lo = v_lo > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
+        q[a] = hi;
+        const bool in_hi = v_hi > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
+        near = near || (in_lo != me) || (in_hi != me);
+    }
+    float sub = fminf(fmaxf(value / fmaxf(sqrtf(grad2), 0.1f), -1.0f), 1.0f);
+    sub = me ? fmaxf(sub, 1e-3f) : fminf(sub, -1e-3f);
+    phi_out[c] = *any_inside ? (near ? sub : sdf) : -clip;
+}
+
 // ivote_levelset_edt_pass<NDIM, AXIS, FINAL, IndexT>: one more separable pass along box axis AXIS
 // (0 = z, 1 = y of the (bz, by, bx) box): h(p) = min over the line of g(q) + ((p - q) h_axis)^2,
 // for the inside and the outside transform together. FINAL (the last axis): instead of writing h,
-// writes the reinitialised level set, as _segment._reinitialise: inside cells d_in - 1/2, outside
-// -(min(d_out, clip) - 1/2); cells with an axis neighbour (edge-replicated) of the other side keep
-// their sub-pixel position clip(phi / max(|grad phi|, 0.1), -1, 1) with the sign of the mask;
-// -clip everywhere when no box has an inside cell.
+// writes the reinitialised level set (ivote_levelset_edt_finish).
 template <int NDIM, int AXIS, bool FINAL, typename IndexT>
 __global__ void ivote_levelset_edt_pass(const float* __restrict__ g_in, const float* __restrict__ g_out,
                                         float* __restrict__ h_in, float* __restrict__ h_out,
@@ -716,46 +769,52 @@ __global__ void ivote_levelset_edt_pass(const float* __restrict__ g_in, const fl
         ivote_levelset_decode<IndexT>(c, dims, obj, z, y, x);
         const int pos = AXIS == 1 ? y : z;
         const IndexT base = c - (IndexT)pos * stride;
-        float best_in = IVOTE_EDT_INF, best_out = IVOTE_EDT_INF;
-        for (int k = 0; k < L; ++k) {
-            const float d = (float)(k - pos) * h;
-            const float d2 = d * d;
-            best_in = fminf(best_in, g_in[base + (IndexT)k * stride] + d2);
-            best_out = fminf(best_out, g_out[base + (IndexT)k * stride] + d2);
-        }
+        float best_in, best_out;
+        ivote_levelset_line_min<IndexT>(g_in + base, g_out + base, stride, L, pos, h, best_in, best_out);
         if (!FINAL) {
             h_in[c] = best_in;
             h_out[c] = best_out;
             continue;
         }
-        const float value = phi[c];
-        const bool me = value > 0.0f && ivote_levelset_valid(origins, dims, obj, z, y, x);
-        const float d_in = sqrtf(best_in), d_out = fminf(sqrtf(best_out), clip);
-        const float sdf = me ? d_in - 0.5f : -(d_out - 0.5f);
-        float grad2 = 0.0f;
-        bool near = false;
-        const int bz = dims[0];
-        const IndexT cell_stride[3] = {(IndexT)bx * by, (IndexT)bx, (IndexT)1};
-        const int p[3] = {z, y, x};
-        const int extent[3] = {bz, by, bx};
-#pragma unroll
-        for (int a = 3 - NDIM; a < 3; ++a) {
-            const int lo = max(p[a] - 1, 0), hi = min(p[a] + 1, extent[a] - 1);
-            const IndexT c_lo = c + (IndexT)(lo - p[a]) * cell_stride[a];
-            const IndexT c_hi = c + (IndexT)(hi - p[a]) * cell_stride[a];
-            const float v_lo = phi[c_lo], v_hi = phi[c_hi];
-            const float g = (v_hi - v_lo) / (2.0f * coef[8 + a]);
-            grad2 = __fadd_rn(grad2, __fmul_rn(g, g));
-            int q[3] = {z, y, x};
-            q[a] = lo;
-            const bool in_lo = v_lo > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
-            q[a] = hi;
-            const bool in_hi = v_hi > 0.0f && ivote_levelset_valid(origins, dims, obj, q[0], q[1], q[2]);
-            near = near || (in_lo != me) || (in_hi != me);
-        }
-        float sub = fminf(fmaxf(value / fmaxf(sqrtf(grad2), 0.1f), -1.0f), 1.0f);
-        sub = me ? fmaxf(sub, 1e-3f) : fminf(sub, -1e-3f);
-        phi_out[c] = *any_inside ? (near ? sub : sdf) : -clip;
+        ivote_levelset_edt_finish<NDIM, IndexT>(c, obj, z, y, x, best_in, best_out, phi, phi_out, origins, coef, dims,
+                                                any_inside, clip);
+    }
+}
+
+// ivote_levelset_edt_z_final<NT, IndexT>: the last pass of the 3D reinitialisation (as
+// ivote_levelset_edt_pass<3, 0, true>) for one (z, x) slab of one box per block (grid: object, y):
+// the slab's g_in, g_out (from ivote_levelset_edt_xy) go to shared memory (dynamic, 2 x bz x bx
+// floats) once, so each z line is scanned there instead of through L2 by each of its cells.
+template <int NT, typename IndexT>
+__global__ void __launch_bounds__(NT)
+ivote_levelset_edt_z_final(const float* __restrict__ g_in, const float* __restrict__ g_out,
+                           const float* __restrict__ phi, float* __restrict__ phi_out,
+                           const int* __restrict__ origins, const float* __restrict__ coef,
+                           const int* __restrict__ dims, const unsigned int* __restrict__ any_inside,
+                           const float clip) {
+    IVOTE_DYNAMIC_SHARED(slab);
+    const int obj = blockIdx.x, y = blockIdx.y;
+    const int bz = dims[0], by = dims[1], bx = dims[2];
+    const int cells = bz * bx;
+    float* s_in = slab;
+    float* s_out = slab + cells;
+    const IndexT box_start = (IndexT)obj * bz * by * bx;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < cells; i += NT) {
+        const int z = i / bx, x = i - (i / bx) * bx;
+        const IndexT c = box_start + ((IndexT)z * by + y) * bx + x;
+        s_in[i] = g_in[c];
+        s_out[i] = g_out[c];
+    }
+    __syncthreads();
+    const float hz = coef[8];
+    for (int i = tid; i < cells; i += NT) {
+        const int z = i / bx, x = i - (i / bx) * bx;
+        float best_in, best_out;
+        ivote_levelset_line_min<int>(s_in + x, s_out + x, bx, bz, z, hz, best_in, best_out);
+        const IndexT c = box_start + ((IndexT)z * by + y) * bx + x;
+        ivote_levelset_edt_finish<3, IndexT>(c, obj, z, y, x, best_in, best_out, phi, phi_out, origins, coef, dims,
+                                             any_inside, clip);
     }
 }
 
@@ -894,6 +953,9 @@ template __global__ void ivote_levelset_edt_xy<256, int>(const float*, float*, f
                                                          const int*, unsigned int*);
 template __global__ void ivote_levelset_touching_pairs<int>(const int*, const int, const int, const int, const int,
                                                             unsigned int*, const int);
+template __global__ void ivote_levelset_edt_z_final<256, int>(const float*, const float*, const float*, float*,
+                                                              const int*, const float*, const int*,
+                                                              const unsigned int*, const float);
 template __global__ void ivote_levelset_prior_eval<2, int>(float*, const float*, const float4*, const float*,
                                                            const int*, const int);
 template __global__ void ivote_levelset_prior_eval<3, long long>(float*, const float*, const float4*, const float*,

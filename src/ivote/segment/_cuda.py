@@ -108,6 +108,7 @@ class CudaStepper:
             }
             if ndim == 3:
                 names["edt_xy"] = f"ivote_levelset_edt_xy<{_THREADS}, {itype}>"
+                names["edt_z_final"] = f"ivote_levelset_edt_z_final<{_THREADS}, {itype}>"
                 names["edt_y"] = f"ivote_levelset_edt_pass<3, 1, false, {itype}>"
                 names["edt_final"] = f"ivote_levelset_edt_pass<3, 0, true, {itype}>"
             else:
@@ -166,9 +167,12 @@ class CudaStepper:
         self._cells_arg = self.index(self.cells)
         blocks = -(-self.cells // _THREADS)
         self._flat_grid = (int(min(blocks, 1 << 20)), 1, 1)
-        # 3D reinitialisation: x and y passes in shared memory, one block per z-plane of a box
+        # 3D reinitialisation in shared memory: x and y passes, one block per z-plane of a box,
         plane_bytes = 12 * box3[1] * box3[2]
         self._edt_xy = ((n, box3[0], 1), plane_bytes) if ndim == 3 and plane_bytes <= 48 * 1024 else None
+        # and the z pass, one (z, x) slab per block
+        slab_bytes = 8 * box3[0] * box3[2]
+        self._edt_z = ((n, box3[1], 1), slab_bytes) if ndim == 3 and slab_bytes <= 48 * 1024 else None
 
     # -- the shape prior, once per fit -------------------------------------------------------
     def fit(self, phi):
@@ -234,6 +238,11 @@ class CudaStepper:
             self.kernels["edt_y"](grid, block, (g_in, g_out, h_in, h_out, phi, out, self.origins, self.coef,
                                                 self.dims, self._any_inside, clip32, total))
             g_in, g_out = h_in, h_out
+        if self._edt_z is not None:
+            slab_grid, slab_bytes = self._edt_z
+            self.kernels["edt_z_final"](slab_grid, block, (g_in, g_out, phi, out, self.origins, self.coef, self.dims,
+                                                           self._any_inside, clip32), shared_mem=slab_bytes)
+            return out
         self.kernels["edt_final"](grid, block, (g_in, g_out, g_in, g_out, phi, out, self.origins, self.coef,
                                                 self.dims, self._any_inside, clip32, total))
         return out
