@@ -119,10 +119,18 @@ def _hull_equations_3d(mask: np.ndarray) -> np.ndarray:
     size = 2 * np.asarray(mask.shape, dtype=np.int64) + 3
     codes = np.unique((doubled[:, 0] * size[1] + doubled[:, 1]) * size[2] + doubled[:, 2])
     coords = np.stack([codes // (size[1] * size[2]), (codes // size[2]) % size[1], codes % size[2]], 1)
-    equations = ConvexHull(0.5 * (coords - 1).astype(np.float64)).equations
-    # qhull triangulates: coplanar facets repeat one plane (to rounding), keep one of each
-    _, first_of_plane = np.unique(np.round(equations, 8), axis=0, return_index=True)
-    return np.ascontiguousarray(equations[np.sort(first_of_plane)])
+    centres = 0.5 * (coords - 1).astype(np.float64)
+    try:  # without qhull's pre-merging of coplanar facets: faster on these lattice points
+        equations = ConvexHull(centres, qhull_options="Q0").equations
+    except Exception:  # a precision error: qhull's default merging
+        equations = ConvexHull(centres).equations
+    # qhull triangulates: coplanar facets repeat one plane (to rounding), keep the first of each
+    rounded = np.round(equations, 8)
+    order = np.lexsort(rounded.T[::-1])  # stable: the first of equal rows stays first
+    rows = rounded[order]
+    new_plane = np.ones(len(rows), dtype=bool)
+    new_plane[1:] = np.any(rows[1:] != rows[:-1], axis=1)
+    return np.ascontiguousarray(equations[np.sort(order[new_plane])])
 
 
 def _coplanar(points: np.ndarray) -> bool:
@@ -248,11 +256,12 @@ def _union_masks(labels, pairs, boxes):
     for size, shape in zip(sizes, shapes):
         union = host[start : start + size].reshape(shape)
         start += size
-        nonzero = np.nonzero(union)
-        if len(nonzero[0]) == 0:
-            masks.append(union[(slice(0, 0),) * labels.ndim])
-        else:
-            masks.append(union[tuple(slice(int(i.min()), int(i.max()) + 1) for i in nonzero)])
+        tight = []
+        for axis in range(union.ndim):  # the extent along each axis, from the projection on it
+            along = union.any(axis=tuple(a for a in range(union.ndim) if a != axis))
+            hits = np.flatnonzero(along)
+            tight.append(slice(int(hits[0]), int(hits[-1]) + 1) if len(hits) else slice(0, 0))
+        masks.append(union[tuple(tight)])
     return masks
 
 
