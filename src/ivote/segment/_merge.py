@@ -278,7 +278,7 @@ def _threaded(function, items):
     from concurrent.futures import ThreadPoolExecutor
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=max(1, min(16, cores, len(items)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(8, cores, len(items)))) as pool:
         return list(pool.map(function, items))
 
 
