@@ -129,3 +129,185 @@ def test_greedy_scan_over_few_pairs_equals_the_rounds(seed, monkeypatch):
     monkeypatch.setattr(_voting, "_FEW_PAIRS", 0)
     rounds = _voting._greedy_keep(n, pairs)
     assert np.array_equal(loop, rounds) and 0 < loop.sum() < n
+
+
+# ---------------------------------------------------------------------------
+# Result lists, caches and pinned copies (NumPy stands in for CuPy)
+# ---------------------------------------------------------------------------
+
+
+class _FakeStream:
+    def __init__(self, log):
+        self.log = log
+
+    def synchronize(self):
+        self.log.append("synchronize")
+
+
+class _FakeCuda:
+    """The bits of ``cupy.cuda`` the host code touches, recording what it does."""
+
+    def __init__(self):
+        self.log, self.pinned_sizes = [], []
+
+    def Device(self):  # noqa: N802 (cupy's name)
+        class _Device:
+            id = 0
+
+        return _Device()
+
+    def get_current_stream(self):
+        return _FakeStream(self.log)
+
+    def alloc_pinned_memory(self, nbytes):
+        self.pinned_sizes.append(nbytes)
+        return bytearray(nbytes)
+
+
+class _FakeXp:
+    def __init__(self):
+        self.cuda = _FakeCuda()
+
+    def asarray(self, array):
+        self.cuda.log.append("asarray")
+        return np.asarray(array)
+
+
+@pytest.mark.parametrize("shape", [(600, 600), (1000, 1000), (97, 101, 103)])
+@pytest.mark.parametrize("last", [None, (3, 5), (4000, 9001)])
+def test_pairs_list_starts_16_byte_aligned(shape, last, monkeypatch):
+    """ivote_close_pairs stores uint4 rows: the pairs must start 16 bytes into the
+    buffer's (aligned) base whatever the maxima capacity, e.g. size // 64 odd
+    (600 x 600: 5625) on a first detection."""
+    plan = make_plan(8.0, (1.0,) * len(shape), len(shape))
+    monkeypatch.setattr(_cuda, "_last_counts", {} if last is None else {(shape, plan.radius, plan.spacing): last})
+    results, maxima, pairs = _cuda._results_buffer(shape, plan, np)
+    assert (pairs.ctypes.data - results.ctypes.data) % 16 == 0
+    assert (maxima.ctypes.data - results.ctypes.data) % 8 == 0 and maxima.shape[1] == 2 and pairs.shape[1] == 4
+    end = results.ctypes.data + results.nbytes
+    assert maxima.ctypes.data + maxima.nbytes == pairs.ctypes.data and pairs.ctypes.data + pairs.nbytes == end
+    assert np.all(results[: _cuda._N_SLOTS] == 0)
+
+
+def test_blur_taps_survive_a_concurrent_clear(monkeypatch):
+    """A second worker thread may clear the taps cache (it holds at most 64)
+    between this thread's store and its return: the taps must still come back."""
+
+    class ClearedByAnotherThread(dict):
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            self.clear()
+
+    monkeypatch.setattr(_cuda, "_taps", ClearedByAnotherThread())
+    taps = _cuda._taps_on_gpu(2.0, _FakeXp())
+    np.testing.assert_array_equal(taps, _cuda.gaussian_taps(2.0))
+
+
+def test_cached_gpu_arrays_are_complete_before_other_threads_see_them(monkeypatch):
+    """Cached device arrays (cone tables, disc offsets, blur taps) are read by
+    later detections, maybe on another thread's stream: the stream that built
+    them is synchronised before they are published."""
+    xp = _FakeXp()
+    monkeypatch.setattr(_cuda, "_cache", type(_cuda._cache)())
+
+    def build():
+        xp.cuda.log.append("build")
+        return np.zeros(4, dtype=np.int32)
+
+    _cuda._memoized(("test", 0), build, xp)
+    assert xp.cuda.log == ["build", "synchronize"]
+    _cuda._memoized(("test", 0), build, xp)  # cached: no second build, no wait
+    assert xp.cuda.log == ["build", "synchronize"]
+
+    monkeypatch.setattr(_cuda, "_taps", {})
+    xp.cuda.log.clear()
+    _cuda._taps_on_gpu(1.5, xp)
+    assert xp.cuda.log == ["asarray", "synchronize"]
+
+
+class _DeviceLike:
+    """A NumPy array with CuPy's ``get(out=...)``."""
+
+    def __init__(self, array):
+        self.array = array
+        self.nbytes, self.dtype, self.size, self.shape = array.nbytes, array.dtype, array.size, array.shape
+
+    def get(self, out):
+        out[...] = self.array
+
+
+def test_pinned_copies_use_few_block_sizes():
+    """CuPy's pinned pool keeps freed blocks per exact size; the results copy (sized
+    from each detection's counts) must come in a few sizes, not one per count."""
+    xp = _FakeXp()
+    for n in range(1, 20000, 7):
+        array = np.arange(n, dtype=np.uint64)
+        host = _cuda._to_pinned_host(_DeviceLike(array), xp)
+        np.testing.assert_array_equal(host, array)
+    assert len(set(xp.cuda.pinned_sizes)) <= 7
+
+
+def _emulated_cell_kernels(rng):
+    """ivote_local_maxima and ivote_close_pairs in NumPy, with the kernels'
+    counters and capacities, listing in a random (atomic) order."""
+    from scipy import ndimage
+
+    from ivote.detect._cone_tables import unpack_offsets
+
+    def local_maxima(grid, block, args):
+        votes, Z, Y, X, hz, hy, hx, is_maximum, n_maxima, maxima, capacity = args
+        size = tuple(2 * int(h) + 1 for h in (hz, hy, hx))[3 - votes.ndim:]
+        largest = ndimage.maximum_filter(votes, size=size, mode="constant", cval=0)
+        for t in rng.permutation(np.flatnonzero((votes == largest) & (votes > 0))):
+            is_maximum[t] = 1
+            slot = int(n_maxima[0])
+            n_maxima[0] += 1
+            if slot < capacity:
+                maxima[slot] = (t, votes.ravel()[t])
+
+    def close_pairs(grid, block, args):
+        maxima, n_maxima, capacity, is_maximum, votes, Z, Y, X, offsets, n_offsets, n_pairs, pairs, pair_capacity = args
+        shape = votes.shape
+        for j in rng.permutation(min(int(n_maxima[0]), int(capacity))):
+            t, vt = int(maxima[j, 0]), int(maxima[j, 1])
+            here = np.array(np.unravel_index(t, shape))
+            for offset in unpack_offsets(offsets, votes.ndim):
+                q = here + offset
+                if np.any(q < 0) or np.any(q >= shape):
+                    continue
+                q = int(np.ravel_multi_index(tuple(q), shape))
+                vq = int(votes.ravel()[q])
+                if is_maximum[q] and (vq > vt or (vq == vt and q < t)):
+                    slot = int(n_pairs[0])
+                    n_pairs[0] += 1
+                    if slot < pair_capacity:
+                        pairs[slot] = (q, vq, t, vt)
+
+    return {"ivote_local_maxima": local_maxima, "ivote_close_pairs": close_pairs}
+
+
+@pytest.mark.parametrize("capacity, pair_capacity", [(2, 1), (2, 10**4), (10**4, 3), (10**4, 10**4)])
+def test_overflowing_lists_are_found_again_whole(capacity, pair_capacity, monkeypatch):
+    """Counts above the lists' capacities: fetch re-runs the kernels with room
+    for all, and the cells are the reference's (any capacity, any order)."""
+    from ivote.detect._cone_tables import pack_offsets
+
+    rng = np.random.default_rng(3)
+    votes = np.zeros((48, 48), dtype=np.uint32)
+    votes[tuple(rng.integers(0, 48, size=(2, 120)))] = rng.integers(1, 4, size=120)
+    plan = make_plan(6.5, (1.0, 1.0), 2)
+    monkeypatch.setattr(_cuda, "_ball", lambda plan, xp: pack_offsets(plan.offsets))
+    stats = np.zeros(_cuda._N_SLOTS, dtype=np.uint64)
+    cells = _cuda._Cells(votes, plan, stats, _emulated_cell_kernels(rng), np)
+    cells.find_maxima(capacity)
+    cells.find_pairs(pair_capacity)
+    got = _cuda._order_cells(*cells.fetch(stats.copy()))
+
+    from scipy import ndimage
+
+    size = tuple(2 * h + 1 for h in plan.maxima_half_width)
+    largest = ndimage.maximum_filter(votes, size=size, mode="constant", cval=0)
+    expected = _reference.sorted_close_pairs(votes, np.flatnonzero((votes == largest) & (votes > 0)), plan)
+    assert len(expected[0]) > 20 and len(expected[2]) > 10
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)

@@ -217,3 +217,60 @@ def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
     for found in (after_quiet, statistics_first):
         np.testing.assert_array_equal(found.candidates, fresh.candidates)
         np.testing.assert_array_equal(found.candidate_scores, fresh.candidate_scores)
+
+
+def test_gpu_first_detection_with_an_odd_maxima_capacity():
+    """600 x 600 sizes a first detection's list of maxima at size // 64 = 5625
+    (odd) entries of 8 bytes; the list of pairs after it is written as uint4 and
+    must still start 16-byte aligned (else: CUDA 'misaligned address')."""
+    from ivote.detect import _cuda
+
+    sample = synthetic_nuclei((600, 600), radius=8.0, seed=27)
+    _cuda._last_counts.clear()
+    kwargs = dict(radius=8.0, threshold=None)
+    gpu = iterative_voting(sample.image, backend="cupy", **kwargs)
+    n_maxima, n_pairs = _cuda._last_counts[((600, 600), 8.0, (1.0, 1.0))]
+    assert n_pairs > 0 and (600 * 600) // 64 % 2 == 1
+    reference = iterative_voting(sample.image, backend="numpy", **kwargs)
+    assert_same_cells(reference, gpu, None)
+
+
+def _end_block(shape, block):
+    """A zero volume of ``shape`` (on the GPU) holding ``block`` in its last corner."""
+    xp = _backend.default_xp()
+    volume = xp.zeros(shape, dtype=np.float32)
+    volume[tuple(slice(n - b, n) for n, b in zip(shape, block.shape))] = xp.asarray(block)
+    return volume
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "shape, block_shape, gib",
+    [
+        # pixels past 2**31 / 3: int32 indices of the 3 direction components wrap
+        ((11040, 256, 256), (32, 256, 256), 24),
+        # 2**31 - 16 pixels: grid-stride loops and thread indices near 2**31 wrap
+        ((112, 73, 262657), (24, 73, 256), 56),
+    ],
+)
+def test_gpu_volumes_with_indices_near_int32_limits(shape, block_shape, gib):
+    """The GPU path takes volumes up to 2**31 pixels with 32-bit pixel indices:
+    nuclei in the last corner of such a volume are the cells found in a small
+    volume holding the same corner (same zeros before it, same borders after)."""
+    xp = _backend.default_xp()
+    _backend.free_gpu_memory()
+    if xp.cuda.runtime.memGetInfo()[0] < gib * 2**30:
+        pytest.skip(f"needs {gib} GiB of free GPU memory")
+    block = synthetic_nuclei(block_shape, radius=5.0, seed=28).image.astype(np.float32)
+    kwargs = dict(radius=5.0, threshold=None, backend="cupy")
+    small_shape = tuple(2 * b for b in block_shape[:1]) + tuple(
+        b if b == n else 2 * b for b, n in zip(block_shape[1:], shape[1:]))
+    small = iterative_voting(_end_block(small_shape, block), **kwargs)
+    volume = _end_block(shape, block)
+    big = iterative_voting(volume, **kwargs)
+    del volume
+    _backend.free_gpu_memory()
+    shift = np.subtract(shape, small_shape)
+    assert len(small.candidates) > 5
+    np.testing.assert_array_equal(big.candidates - shift, small.candidates)
+    np.testing.assert_array_equal(big.candidate_scores, small.candidate_scores)

@@ -99,13 +99,14 @@ _cache: OrderedDict = OrderedDict()
 _cache_lock = threading.Lock()  # napari runs detections in worker threads
 
 
-def _memoized(key, build):
+def _memoized(key, build, xp):
     """``build()`` memoized under ``key`` (the GPU's id included), within _CACHE_BYTES."""
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key][0]
     value = build()
+    _published(xp)
     size = _nbytes(value)
     with _cache_lock:
         _cache[key] = (value, size)
@@ -113,6 +114,13 @@ def _memoized(key, build):
         while len(_cache) > 1 and sum(entry[1] for entry in _cache.values()) > _CACHE_BYTES:
             _cache.popitem(last=False)
     return value
+
+
+def _published(xp) -> None:
+    """Wait for the copies and kernels that built a cached array: another thread
+    may read it next on another stream (a worker's own, or per-thread default
+    streams), which is not ordered after this one."""
+    xp.cuda.get_current_stream().synchronize()
 
 
 def _nbytes(value) -> int:
@@ -126,7 +134,7 @@ def _nbytes(value) -> int:
 def _cone_tables(plan: VotingPlan, xp):
     """The plan's cone tables on the current GPU (memoized)."""
     key = ("tables", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
-    return _memoized(key, lambda: cone_tables(plan, xp))
+    return _memoized(key, lambda: cone_tables(plan, xp), xp)
 
 
 def cone_limits(plan: VotingPlan, entries, cos_half) -> np.ndarray:
@@ -144,13 +152,13 @@ def _cone_limits(plan: VotingPlan, xp):
     return _memoized(key, lambda: tuple(
         xp.asarray(cone_limits(plan, table.entries, cos_half))
         for table, cos_half in zip(_cone_tables(plan, xp), plan.cos_half32)
-    ))
+    ), xp)
 
 
 def _ball(plan: VotingPlan, xp):
     """The voting disc/ball's offsets, packed, on the current GPU (memoized)."""
     key = ("ball", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
-    return _memoized(key, lambda: xp.asarray(pack_offsets(plan.offsets)))
+    return _memoized(key, lambda: xp.asarray(pack_offsets(plan.offsets)), xp)
 
 
 def gaussian_taps(sigma: float) -> np.ndarray | None:
@@ -169,12 +177,15 @@ def gaussian_taps(sigma: float) -> np.ndarray | None:
 def _taps_on_gpu(sigma: float | None, xp):
     """gaussian_taps(sigma) on the current GPU, or None (memoized); sigma None: the identity tap."""
     key = (sigma, xp.cuda.Device().id)
-    if key not in _taps:
-        taps = np.ones(1) if sigma is None else gaussian_taps(sigma)
-        if len(_taps) >= 64:  # a blur slider asks for many
-            _taps.clear()
-        _taps[key] = None if taps is None else xp.asarray(taps)
-    return _taps[key]
+    if key in _taps:
+        return _taps[key]
+    taps = np.ones(1) if sigma is None else gaussian_taps(sigma)
+    taps = None if taps is None else xp.asarray(taps)
+    _published(xp)
+    if len(_taps) >= 64:  # a blur slider asks for many
+        _taps.clear()
+    _taps[key] = taps
+    return taps  # not _taps[key]: another thread may have cleared the dict since
 
 
 _taps: dict = {}
@@ -519,6 +530,7 @@ def _results_buffer(shape, plan: VotingPlan, xp):
     capacity, pair_capacity = (
         (max(_MIN_LIST, 2 * last[0]), max(_MIN_LIST, 2 * last[1])) if last else (_capacity(size), 4 * _capacity(size))
     )
+    capacity += capacity % 2  # the pairs are read and written as uint4: 16-byte aligned
     results = xp.empty(_N_SLOTS + capacity + 2 * pair_capacity, dtype=np.uint64)
     results[:_N_SLOTS].fill(0)
     maxima = results[_N_SLOTS:_N_SLOTS + capacity].view(np.uint32).reshape(capacity, 2)
@@ -526,9 +538,16 @@ def _results_buffer(shape, plan: VotingPlan, xp):
     return results, maxima, pairs
 
 
+def _pinned_bytes(nbytes: int) -> int:
+    """Pinned allocations in powers of two (at least 4 KiB): CuPy's pinned pool keeps
+    freed blocks per exact size, so sizes that follow the counts of every
+    detection would pile up in it."""
+    return max(4096, 1 << (int(nbytes) - 1).bit_length())
+
+
 def _to_pinned_host(array, xp) -> np.ndarray:
     """``array`` copied to page-locked host memory (one copy, synchronised)."""
-    memory = xp.cuda.alloc_pinned_memory(array.nbytes)
+    memory = xp.cuda.alloc_pinned_memory(_pinned_bytes(array.nbytes))
     host = np.frombuffer(memory, dtype=array.dtype, count=array.size).reshape(array.shape)
     array.get(out=host)
     return host

@@ -97,8 +97,9 @@ __global__ void ivote_blur_axis(const T* __restrict__ f, int size, int n, int st
                                 const double* __restrict__ weights, int taps,
                                 const unsigned long long* __restrict__ stats, double* __restrict__ out)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= size) return;
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // no int wrap below 2**31
+    if (thread >= size) return;
+    const int i = (int)thread;
     double low = 0.0, range = 1.0;
     if (NORMALISE) {
         low = ivote_from_key(~stats[0]);
@@ -166,9 +167,10 @@ __global__ void ivote_gradient_max(const double* __restrict__ f, Index size, int
                                    double sy, double sx, unsigned long long* __restrict__ largest)
 {
     double local = 0.0;
-    for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (Index)blockDim.x * gridDim.x) {
+    // 64-bit loop index: with int, i + stride wraps to negative for the last stride below 2**31
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (long long)blockDim.x * gridDim.x) {
         double g[3];
-        ivote_gradient_at<NDIM, Index>(f, i, Z, Y, X, sz, sy, sx, g);
+        ivote_gradient_at<NDIM, Index>(f, (Index)i, Z, Y, X, sz, sy, sx, g);
         const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
         if (magnitude > local) local = magnitude;
     }
@@ -188,9 +190,9 @@ __global__ void ivote_voters(const double* __restrict__ f, Index size, int Z, in
 {
     const double top = __longlong_as_double((long long)*largest);
     const double factor = scale / top;
-    for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (Index)blockDim.x * gridDim.x) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (long long)blockDim.x * gridDim.x) {
         double g[3];
-        ivote_gradient_at<NDIM, Index>(f, i, Z, Y, X, sz, sy, sx, g);
+        ivote_gradient_at<NDIM, Index>(f, (Index)i, Z, Y, X, sz, sy, sx, g);
         const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
         unsigned int w = 0u;
         if (top > 0.0) {
@@ -289,9 +291,10 @@ __device__ __forceinline__ IvoteTableCone ivote_table_cone(Index t, const short*
     c.x = (int)(t % X);
     c.y = (int)((t / X) % Y);
     c.z = (int)(t / ((Index)X * Y));
-    c.az = (NDIM == 3) ? (float)directions[t * NDIM] : 0.0f;
-    c.ay = (float)directions[t * NDIM + NDIM - 2];
-    c.ax = (float)directions[t * NDIM + NDIM - 1];
+    const long long d = (long long)t * NDIM;  // over 2**31 with int pixel indices from 2**31 / NDIM pixels
+    c.az = (NDIM == 3) ? (float)directions[d] : 0.0f;
+    c.ay = (float)directions[d + NDIM - 2];
+    c.ax = (float)directions[d + NDIM - 1];
     c.norm_a = (NDIM == 3) ? sqrtf((c.az * c.az + c.ay * c.ay) + c.ax * c.ax) : sqrtf(c.ay * c.ay + c.ax * c.ax);
     const int bin = ivote_direction_bin<NDIM>(c.az, c.ay, c.ax, cells);
     c.first = __ldg(starts + bin);
@@ -390,9 +393,10 @@ __device__ __forceinline__ void ivote_turn_to(short* directions, Index t, const 
     if (best.vote == 0) return;
     const float oz = (float)best.dz * sz, oy = (float)best.dy * sy, ox = (float)best.dx * sx;
     const float norm = (NDIM == 3) ? sqrtf((oz * oz + oy * oy) + ox * ox) : sqrtf(oy * oy + ox * ox);
-    if (NDIM == 3) directions[t * NDIM] = (short)rintf((oz / norm) * 32767.0f);
-    directions[t * NDIM + NDIM - 2] = (short)rintf((oy / norm) * 32767.0f);
-    directions[t * NDIM + NDIM - 1] = (short)rintf((ox / norm) * 32767.0f);
+    const long long d = (long long)t * NDIM;  // 64-bit: see ivote_table_cone
+    if (NDIM == 3) directions[d] = (short)rintf((oz / norm) * 32767.0f);
+    directions[d + NDIM - 2] = (short)rintf((oy / norm) * 32767.0f);
+    directions[d + NDIM - 1] = (short)rintf((ox / norm) * 32767.0f);
 }
 
 // ivote_vote_table<NDIM, Index>: scatter, one thread per pixel. The voter at
@@ -406,8 +410,9 @@ __global__ void ivote_vote_table(const unsigned short* __restrict__ weights, con
                                  const float* __restrict__ limits, int wz, int wy, int wx,
                                  unsigned int* __restrict__ votes)
 {
-    const Index t = (Index)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= size) return;
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // no int wrap below 2**31
+    if (thread >= size) return;
+    const Index t = (Index)thread;
     const unsigned int w = weights[t];
     if (w == 0u) return;
     const IvoteTableCone c = ivote_table_cone<NDIM, Index>(t, directions, Z, Y, X, cells, starts, wz, wy, wx);
@@ -431,8 +436,9 @@ __global__ void ivote_turn_table(const unsigned short* __restrict__ weights, sho
                                  const float* __restrict__ limits, int wz, int wy, int wx,
                                  const unsigned int* __restrict__ votes, unsigned int* __restrict__ clear)
 {
-    const Index t = (Index)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= size) return;
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // no int wrap below 2**31
+    if (thread >= size) return;
+    const Index t = (Index)thread;
     clear[t] = 0u;
     if (weights[t] == 0u) return;
     const IvoteTableCone c = ivote_table_cone<NDIM, Index>(t, directions, Z, Y, X, cells, starts, wz, wy, wx);
@@ -490,8 +496,9 @@ __global__ void ivote_vote_tiled(const unsigned short* __restrict__ weights, con
     for (int i = threadIdx.x; i < n_box; i += blockDim.x) ivote_box[i] = 0u;
     __syncthreads();
     const int z = t.z0 + t.lz, y = t.y0 + t.ly, x = t.x0 + t.lx;
-    const int p = (z * Y + y) * X + x;
-    const unsigned int w = (z < Z && y < Y && x < X) ? weights[p] : 0u;
+    const bool in_image = z < Z && y < Y && x < X;
+    const int p = in_image ? (z * Y + y) * X + x : 0;  // past the image it could pass 2**31
+    const unsigned int w = in_image ? weights[p] : 0u;
     if (w) {
         const IvoteTableCone c = ivote_table_cone<NDIM, int>(p, directions, Z, Y, X, cells, starts, wz, wy, wx);
         unsigned int* centre = ivote_box + ((t.lz + wz) * t.by + (t.ly + wy)) * t.bx + (t.lx + wx);
@@ -558,8 +565,9 @@ __global__ void ivote_local_maxima(const unsigned int* __restrict__ votes, int Z
                                    unsigned char* __restrict__ is_maximum, unsigned long long* __restrict__ n_maxima,
                                    uint2* __restrict__ maxima, int capacity)
 {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= Z * Y * X) return;
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // no int wrap below 2**31
+    if (thread >= (long long)Z * Y * X) return;
+    const int t = (int)thread;
     const unsigned int v = __ldg(votes + t);
     if (v == 0u) return;
     const int x = t % X, y = (t / X) % Y, z = t / (X * Y);
