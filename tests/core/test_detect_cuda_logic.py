@@ -311,3 +311,25 @@ def test_overflowing_lists_are_found_again_whole(capacity, pair_capacity, monkey
     assert len(expected[0]) > 20 and len(expected[2]) > 10
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "ndim, spacing, radius",
+    [(2, (1.0, 1.0), 1.0), (2, (1.0, 1.0), 9.1), (2, (1.3, 1.3), 9.1), (3, (2.6, 1.3, 1.3), 9.1), (3, (1.0,) * 3, 0.5)],
+)
+def test_reach_is_the_largest_table_offset(ndim, spacing, radius):
+    """Voters this far from every border run without bounds tests: the reach must
+    cover every offset of every cone table (floor(r / s) + 1 when r / s is just
+    under a whole number), and a radius of at most one pixel, with no offsets
+    (no votes, no cells, as on NumPy), has reach 0."""
+    from ivote.detect._cone_tables import cone_tables, unpack_offsets
+
+    plan = make_plan(radius, spacing, ndim)
+    reach = _cuda._reach(plan)
+    assert len(reach) == 3 and reach[: 3 - ndim] == (0,) * (3 - ndim)
+    largest = np.zeros(ndim, dtype=np.int64)
+    for table in cone_tables(plan, np):
+        if len(table.entries):
+            largest = np.maximum(largest, np.abs(unpack_offsets(table.entries, ndim)).max(axis=0))
+    assert tuple(largest) == reach[3 - ndim:]
+    assert reach[3 - ndim:] == tuple(np.abs(plan.offsets).max(axis=0, initial=0))

@@ -235,6 +235,15 @@ def test_gpu_first_detection_with_an_odd_maxima_capacity():
     assert_same_cells(reference, gpu, None)
 
 
+@pytest.mark.parametrize("radius", [0.5, 1.0])
+def test_gpu_radius_of_one_pixel_finds_no_cells_as_numpy(radius):
+    """A disc of radius <= 1 pixel holds no offset: no votes, no cells, on both backends."""
+    sample = synthetic_nuclei((64, 64), radius=6, seed=1)
+    reference = iterative_voting(sample.image, radius=radius, backend="numpy", threshold=None)
+    gpu = iterative_voting(sample.image, radius=radius, backend="cupy", threshold=None)
+    assert len(reference.candidates) == 0 and len(gpu.candidates) == 0
+
+
 def _end_block(shape, block):
     """A zero volume of ``shape`` (on the GPU) holding ``block`` in its last corner."""
     xp = _backend.default_xp()

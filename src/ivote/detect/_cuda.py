@@ -212,7 +212,8 @@ def _tiled_box(plan: VotingPlan, table, index: str, max_bytes: int = _TILED_MAX_
 def _reach(plan: VotingPlan) -> tuple:
     """The largest |offset| (z, y, x) of the disc/ball: a voter this far from every
     border of the image needs no bounds test (not floor(r / s): the disc test is float32)."""
-    return (0,) * (3 - plan.ndim) + tuple(int(h) for h in np.abs(plan.offsets).max(axis=0))
+    largest = np.abs(plan.offsets).max(axis=0, initial=0)  # no offsets at all for radius <= 1 pixel
+    return (0,) * (3 - plan.ndim) + tuple(int(h) for h in largest)
 
 
 def _schedule(plan: VotingPlan, index: str, xp) -> tuple:
