@@ -202,6 +202,17 @@ def test_blur_taps_survive_a_concurrent_clear(monkeypatch):
     taps = _cuda._taps_on_gpu(2.0, _FakeXp())
     np.testing.assert_array_equal(taps, _cuda.gaussian_taps(2.0))
 
+    class ClearedAfterTheTest(dict):  # between a membership test and the lookup
+        def __contains__(self, key):
+            found = super().__contains__(key)
+            self.clear()
+            return found
+
+    cached = ClearedAfterTheTest()
+    dict.__setitem__(cached, (2.0, 0), taps)
+    monkeypatch.setattr(_cuda, "_taps", cached)
+    assert _cuda._taps_on_gpu(2.0, _FakeXp()) is taps
+
 
 def test_cached_gpu_arrays_are_complete_before_other_threads_see_them(monkeypatch):
     """Cached device arrays (cone tables, disc offsets, blur taps) are read by

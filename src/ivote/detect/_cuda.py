@@ -177,8 +177,9 @@ def gaussian_taps(sigma: float) -> np.ndarray | None:
 def _taps_on_gpu(sigma: float | None, xp):
     """gaussian_taps(sigma) on the current GPU, or None (memoized); sigma None: the identity tap."""
     key = (sigma, xp.cuda.Device().id)
-    if key in _taps:
-        return _taps[key]
+    cached = _taps.get(key, _taps)  # one lookup: another thread may clear the dict between two
+    if cached is not _taps:
+        return cached
     taps = np.ones(1) if sigma is None else gaussian_taps(sigma)
     taps = None if taps is None else xp.asarray(taps)
     _published(xp)
