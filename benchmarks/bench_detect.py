@@ -3,9 +3,11 @@
 Cases (synthetic nuclei, see ``ivote.data.synthetic_nuclei``): 2D 1024² and
 2048² with radius 12 px, 3D 256³ and 512³ with radius 8 voxels (the larger
 images tile the smaller one 2x2(x2)). Whole detection is timed: blur, gradient,
-voting passes, maxima, threshold, results on the host. GPU: warm-up first
-(kernel compilation), then the median wall time of ``--repeat`` runs (each run
-ends with a device-to-host copy, so it is synchronised); peak GPU memory is the
+voting passes, maxima, threshold, results on the host. GPU: three warm-up calls
+(kernel compilation, cone tables, list sizes, pinned buffers: the state of a
+slider being dragged), then the median wall time of ``--repeat`` calls (default
+30 in 2D, 10 in 3D; each ends with a device-to-host copy, so it is
+synchronised) with their minimum and maximum; peak GPU memory is the
 largest ``used_bytes`` of CuPy's memory pool during a run, input image included.
 The NumPy path is too slow for the big sizes: it is timed on a crop
 (``--numpy-crop``) and its voxels/s rate is compared. ``blob_log`` (one sigma,
@@ -66,12 +68,16 @@ class PeakMemory:
 
 
 def time_call(fn, repeat: int) -> float:
+    return statistics.median(time_calls(fn, repeat))
+
+
+def time_calls(fn, repeat: int) -> list:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def stage_times(xp, device_image, radius, repeat=3):
@@ -165,15 +171,17 @@ def main(argv=None) -> int:
     if xp is np:
         print("no GPU: bench_detect.py measures the GPU path; run it on a CUDA machine", file=sys.stderr)
         return 1
-    repeat = args.repeat or (5 if args.quick else 10)
+    repeat_2d = args.repeat or (10 if args.quick else 30)
+    repeat_3d = args.repeat or (5 if args.quick else 10)
     cases = [(2, 1024, 12.0), (3, 256, 8.0)] if args.quick else [(2, 1024, 12.0), (2, 2048, 12.0), (3, 256, 8.0), (3, 512, 8.0)]
     lines = [
         f"# Detection speed ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
         "",
-        f"Device: {backend_name(xp)}. Median of {repeat} GPU runs after warm-up; NumPy path timed on a crop "
+        f"Device: {backend_name(xp)}. GPU: median (min-max) of {repeat_2d} (2D) / {repeat_3d} (3D) calls after 3 "
+        f"warm-up calls; NumPy path timed on a crop "
         f"({args.numpy_crop[0]}² / {args.numpy_crop[1]}³) and compared by voxels/s; blob_log: 1 run, CPU.",
         "",
-        "| case | radius | cells | passes | GPU ms | blur / voters / passes / maxima GPU ms, host ms | GPU Mvox/s | peak GPU B/vox | NumPy Mvox/s (crop) | GPU/NumPy | blob_log s | GPU/blob_log |",
+        "| case | radius | cells | passes | GPU ms, median (min-max) | blur / voters / passes / maxima GPU ms, host ms | GPU Mvox/s | peak GPU B/vox | NumPy Mvox/s (crop) | GPU/NumPy | blob_log s | GPU/blob_log |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(lines), flush=True)
@@ -182,8 +190,10 @@ def main(argv=None) -> int:
         image = make_image(ndim, size, radius)
         device_image = to_device(image, xp)
         run = lambda: iterative_voting(device_image, radius=radius)  # noqa: E731
-        found = run()  # warm-up: compiles kernels
-        seconds = time_call(run, repeat)
+        for _ in range(3):  # warm-up: kernels, tables, list sizes, pinned buffers
+            found = run()
+        times = time_calls(run, repeat_2d if ndim == 2 else repeat_3d)
+        seconds = statistics.median(times)
         stages = stage_times(xp, device_image, radius)
         free_gpu_memory()
         with PeakMemory(xp) as memory:
@@ -199,7 +209,8 @@ def main(argv=None) -> int:
             b = blob_log_time(image, radius)
             blob, blob_ratio = f"{b:.2f}", f"{b / seconds:.0f}x"
         line = (
-            f"| {ndim}D {size}^{ndim} | {radius:g} | {len(found.points)} | {found.n_passes} | {1e3 * seconds:.2f} | "
+            f"| {ndim}D {size}^{ndim} | {radius:g} | {len(found.points)} | {found.n_passes} | {1e3 * seconds:.2f} "
+            f"({1e3 * min(times):.2f}-{1e3 * max(times):.2f}) | "
             f"{stages['blur']:.2f} / {stages['voters']:.2f} / {stages['passes']:.2f} / {stages['maxima']:.2f}, "
             f"{stages['host']:.2f} | "
             f"{rate / 1e6:.1f} | {memory.peak / image.size:.1f} | {numpy_rate / 1e6:.3f} | {rate / numpy_rate:.0f}x | "
