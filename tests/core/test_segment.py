@@ -231,3 +231,54 @@ def test_merge_pair_solidities_device_path_matches_host(monkeypatch):
         [_merge._count_in_hull_3d(e, s) for e, s in zip(equations, shapes)]))
     assert _merge._pair_solidities(masks, fake_xp) == _merge._pair_solidities(masks, np)
     assert _merge._pair_solidities(masks, np)[-1] is None
+
+
+def test_hull_lower_bound_is_below_the_hull_and_close():
+    """The merge's cheap lower bound on a union's hull voxels (midpoint rounds on the doubled
+    column grid, the GPU's pre-test) never exceeds the hull's count, and comes close on
+    touching ellipsoids (the bound's solidity is what rejects a pair before its hull)."""
+    from ivote.segment import _merge
+
+    masks = two_ellipsoid_masks(3, 40, sides=(4, 18), radii=(1, 7), min_voxels=5)
+    ratios = []
+    for mask in masks:
+        try:
+            full = _merge._hull_count_3d(mask)
+        except ValueError:  # flat
+            continue
+        bound = _merge._hull_count_lower_bound(mask)
+        assert 0 <= bound <= full
+        assert _merge._hull_count_lower_bound(np.pad(mask, ((2, 0), (1, 3), (0, 2)))) == bound  # crop-free
+        ratios.append(bound / full)
+    assert len(ratios) >= 30 and np.median(ratios) >= 0.9
+    assert _merge._hull_count_lower_bound(mask, rounds=3) >= _merge._hull_count_lower_bound(mask, rounds=1)
+
+
+def test_merge_decisions_unchanged_by_the_hull_bound(monkeypatch):
+    """The GPU's bound test, run here with the host bounds, drops only pairs the full hulls reject:
+    the same merged labels, with fewer hulls computed."""
+    import functools
+
+    from ivote.segment import _merge
+
+    zz, yy, xx = np.mgrid[:24, :40, :64]
+    labels = np.zeros(zz.shape, dtype=np.int32)
+    ball = lambda c, r: (zz - c[0]) ** 2 + (yy - c[1]) ** 2 + (xx - c[2]) ** 2 <= r * r
+    labels[ball((12, 20, 12), 7)] = 1  # 1 and 2: two overlapping balls, a neck
+    labels[ball((12, 20, 23), 7) & (labels == 0)] = 2
+    labels[ball((12, 20, 48), 8) & (xx < 48)] = 3  # 3 and 4: one ball split in two
+    labels[ball((12, 20, 48), 8) & (xx >= 48)] = 4
+    sizes = np.bincount(labels.ravel())
+    kwargs = dict(max_volume=4000.0, min_solidity=0.9)
+    expected = _merge.merge_split_objects(labels, **kwargs)
+    assert set(np.unique(expected)) == {0, 1, 2, 3}
+    kept = _merge._unless_bound_rejects(labels, [(1, 2), (3, 4)], sizes, None, 0.9,
+                                        bounds=_merge._host_hull_lower_bounds)
+    assert kept == [(3, 4)]
+    hulls = []
+    original = _merge._pair_solidities
+    monkeypatch.setattr(_merge, "_pair_solidities", lambda masks, xp: hulls.append(len(masks)) or original(masks, xp))
+    with_bounds = functools.partial(_merge._unless_bound_rejects, bounds=_merge._host_hull_lower_bounds)
+    monkeypatch.setattr(_merge, "_unless_bound_rejects", with_bounds)
+    np.testing.assert_array_equal(_merge.merge_split_objects(labels, **kwargs), expected)
+    assert hulls == [1]  # only the pair the bound keeps

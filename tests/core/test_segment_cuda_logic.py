@@ -86,3 +86,19 @@ def test_march_plan_covers_the_box_within_shared_memory(box, planes):
         assert planes_per_chunk >= min(4, bz)
     else:
         assert planes_per_chunk <= max(planes, -(-bz // z_chunks))
+
+
+@pytest.mark.parametrize("box", [(63, 63), (5, 3), (200, 1000), (9, 2000), (40, 300)])
+@pytest.mark.parametrize("threads, cells", [(256, 4), (128, 2), (512, 8)])
+def test_rows_plan_covers_the_box_within_shared_memory(box, threads, cells):
+    """The 2D row kernel's chunks: every row once, at most threads x cells cells a block, the
+    rows and their halo within the shared-memory budget, or no plan (tiled kernel)."""
+    plan = _cuda.rows_plan(box, threads, cells)
+    by, bx = box
+    if plan is None:
+        assert bx > threads * cells or 4 * 3 * bx > _cuda._MARCH_SHARED_BYTES
+        return
+    y_chunks, rows, shared = plan
+    assert y_chunks * rows >= by > (y_chunks - 1) * rows
+    assert rows * bx <= threads * cells
+    assert shared == 4 * (rows + 2) * bx <= _cuda._MARCH_SHARED_BYTES

@@ -108,18 +108,16 @@ def test_device_reinitialise_prior_and_labels_match_numpy(ndim):
     np.testing.assert_array_equal(to_host(stepper.labels(xp.asarray(expected))), _segment._labels(expected, b, np))
 
 
-def test_3d_marching_kernel_matches_tiled_kernel():
-    """The z-marching 3D step (several chunkings of the box) against the tiled step, which the
-    tests above hold to the NumPy reference: the same level sets after a block of iterations
-    (float atomics add the canvas and the sums in another order: rounding only)."""
+def assert_step_variants_agree(image, seeds, spacing, radius, variants, kernel_part):
+    """One block of 30 iterations by each CudaStepper variant from the same start: the variants
+    whose key starts with ``kernel_part`` use that kernel, and all give the tiled kernel's level
+    sets (float atomics add the canvas and the sums in another order: rounding only)."""
     from ivote._backend import default_xp
     from ivote.segment import _segment
     from ivote.segment._cuda import CudaStepper
     from ivote.segment._shape_prior import fit_poses, moment_features
 
     xp = default_xp()
-    image, _, centers, spacing, radius = synthetic_nuclei((24, 64, 64), spacing=(2.0, 0.5, 0.5), radius=6, seed=4)
-    seeds = np.concatenate([centers, [[0.0, 0.0, 0.0], [23.0, 63.0, 30.0]]])  # boxes that leave the image
     h = min(spacing)
     spacing_n = tuple(s / h for s in spacing)
     normalised = _segment._normalise(xp.asarray(image, dtype=xp.float32), "bright", xp)
@@ -127,21 +125,43 @@ def test_3d_marching_kernel_matches_tiled_kernel():
     phi = _segment._initial_level_sets(seeds, batch, 0.5 * radius / h, xp)
     pose = fit_poses((phi > 0) & batch.valid, moment_features(batch.box_shape, batch.spacing, xp), batch.spacing,
                      batch.prior, xp)
+    results = {}
+    for key, options in variants.items():
+        stepper = CudaStepper(batch, block_length=30, use_graph=False, **options)
+        assert (kernel_part in stepper.kernel_name) == key.startswith(kernel_part), stepper.kernel_name
+        stepper.prior(pose)
+        results[key] = to_host(stepper.run(phi, 30))
+    moved = np.abs(results["tiled"] - to_host(phi)).max()
+    assert moved > 0.1
+    for key in variants:
+        np.testing.assert_allclose(results[key], results["tiled"], atol=1e-4, rtol=1e-4)
+
+
+def test_3d_marching_kernel_matches_tiled_kernel():
+    """The z-marching 3D step (several chunkings of the box) against the tiled step, which the
+    tests above hold to the NumPy reference."""
+    image, _, centers, spacing, radius = synthetic_nuclei((24, 64, 64), spacing=(2.0, 0.5, 0.5), radius=6, seed=4)
+    seeds = np.concatenate([centers, [[0.0, 0.0, 0.0], [23.0, 63.0, 30.0]]])  # boxes that leave the image
     variants = {  # the tiled kernel zeroing the next canvas itself, as before the marching kernel
         "tiled": dict(tiles=(4, 8, 8), march={"memset": False}),
         "march": dict(march={"planes": 4}),  # a memset zeroes the next canvas (boxes hold more cells than the image)
         "march, one chunk": dict(march={"planes": 1000, "unroll": 2, "threads": 128, "memset": False}),
     }
-    results = {}
-    for key, options in variants.items():
-        stepper = CudaStepper(batch, block_length=30, use_graph=False, **options)
-        assert ("march" in stepper.kernel_name) == key.startswith("march")
-        stepper.prior(pose)
-        results[key] = to_host(stepper.run(phi, 30))
-    moved = np.abs(results["tiled"] - to_host(phi)).max()
-    assert moved > 0.1
-    for key in ("march", "march, one chunk"):
-        np.testing.assert_allclose(results[key], results["tiled"], atol=1e-4, rtol=1e-4)
+    assert_step_variants_agree(image, seeds, spacing, radius, variants, "march")
+
+
+def test_2d_row_kernel_matches_tiled_kernel():
+    """The 2D step over full-width rows (several chunkings of the box) against the tiled step,
+    which the tests above hold to the NumPy reference."""
+    image, _, centers, spacing, radius = synthetic_nuclei((160, 192), spacing=(1.0, 0.5), radius=6, seed=4)
+    seeds = np.concatenate([centers, [[0.0, 0.0], [159.0, 100.0]]])  # boxes that leave the image
+    variants = {
+        "tiled": dict(tiles=(1, 8, 32)),
+        "rows": dict(),
+        "rows, 2 cells": dict(rows={"threads": 128, "cells": 2, "min_blocks": 8}),
+        "rows, 1 row": dict(rows={"threads": 64, "cells": 1, "min_blocks": 8}),
+    }
+    assert_step_variants_agree(image, seeds, spacing, radius, variants, "rows")
 
 
 @pytest.mark.parametrize("ndim", [2, 3])
@@ -201,3 +221,32 @@ def test_device_hull_counts_match_scikit_image():
     np.testing.assert_array_equal(got, expected)
     values = _merge._pair_solidities(masks, default_xp())
     np.testing.assert_allclose(values, [m.sum() / e for m, e in zip(masks, expected)], rtol=1e-12)
+
+
+def test_device_hull_lower_bounds_match_host():
+    """The merge's pre-test on the GPU (ivote_levelset_hull_columns and _round, float32) gives the
+    host bound's values exactly (dyadic rationals), never above the hulls, and the merge with it
+    decides as the NumPy path without it."""
+    from scipy import ndimage as ndi
+
+    from ivote._backend import default_xp
+    from ivote.segment import _merge
+
+    xp = default_xp()
+    _, truth, *_ = synthetic_nuclei((32, 96, 96), radius=6, n_nuclei=60, overlap=0.3, seed=6)
+    truth = truth.astype(np.int32)
+    pairs = [tuple(int(v) for v in p) for p in _merge._touching_pairs(truth)]
+    objects = ndi.find_objects(truth)
+    regions = [tuple(slice(max(0, min(objects[a - 1][j].start, objects[b - 1][j].start) - 2),
+                           max(objects[a - 1][j].stop, objects[b - 1][j].stop) + 1) for j in range(3))
+               for a, b in pairs]  # the pair's box with a margin, as the merge's boxes leave
+    for rounds in (1, 2):
+        got = _merge._device_hull_lower_bounds(xp.asarray(truth), pairs, regions, rounds)
+        np.testing.assert_array_equal(got, _merge._host_hull_lower_bounds(truth, pairs, regions, rounds))
+    full = np.array([_merge._hull_count_3d(m) for m in _merge._union_masks(truth, pairs, None)])
+    assert len(pairs) >= 8 and np.all(got <= full) and np.median(got / full) >= 0.9
+    sizes = np.bincount(truth.ravel())
+    for solidity in (0.8, 0.9, 0.95):
+        merged = _merge.merge_split_objects(xp.asarray(truth), max_volume=1e9, min_solidity=solidity, sizes=sizes)
+        np.testing.assert_array_equal(to_host(merged), _merge.merge_split_objects(
+            truth, max_volume=1e9, min_solidity=solidity, sizes=sizes))

@@ -198,6 +198,16 @@ __device__ __forceinline__ void ivote_levelset_accumulate(float next, float valu
     acc_h += h;
 }
 
+// The arguments of the fused step kernels (ivote_levelset_step, _march and _rows); the buffers'
+// rotation is in the file header.
+#define IVOTE_LEVELSET_STEP_PARAMS                                                                     \
+    const float* __restrict__ phi_in, float* __restrict__ phi_out, const float* __restrict__ image,   \
+        const float* __restrict__ canvas_in, float* __restrict__ canvas_out, float* __restrict__ canvas_zero, \
+        const float* __restrict__ sums_in, float* __restrict__ sums_out, float* __restrict__ sums_zero, \
+        const float* __restrict__ region_consts, const int* __restrict__ origins,                     \
+        const float* __restrict__ psi_boxes, const float* __restrict__ coef, const int* __restrict__ dims, \
+        const int prime
+
 // ivote_levelset_step<NDIM, TZ, TY, TX, IndexT>: one fused iteration for every object.
 // Loads a TZ x TY x TX tile of phi plus a one-cell halo (edge-replicated at the box border) into
 // shared memory, computes the curvature with cross-derivatives, the Chan-Vese region force (means
@@ -206,15 +216,7 @@ __device__ __forceinline__ void ivote_levelset_accumulate(float next, float valu
 // prime != 0: copy phi and accumulate only (after a reinitialisation).
 template <int NDIM, int TZ, int TY, int TX, typename IndexT>
 __global__ void __launch_bounds__(TZ * TY * TX)
-ivote_levelset_step(const float* __restrict__ phi_in, float* __restrict__ phi_out,
-                    const float* __restrict__ image,
-                    const float* __restrict__ canvas_in, float* __restrict__ canvas_out,
-                    float* __restrict__ canvas_zero,
-                    const float* __restrict__ sums_in, float* __restrict__ sums_out,
-                    float* __restrict__ sums_zero,
-                    const float* __restrict__ region_consts, const int* __restrict__ origins,
-                    const float* __restrict__ psi_boxes,
-                    const float* __restrict__ coef, const int* __restrict__ dims, const int prime) {
+ivote_levelset_step(IVOTE_LEVELSET_STEP_PARAMS) {
     constexpr int HZ = (NDIM == 3) ? 1 : 0;
     constexpr int SZ = TZ + 2 * HZ, SY = TY + 2, SX = TX + 2;
     constexpr int NT = TZ * TY * TX;
@@ -309,15 +311,7 @@ __device__ __forceinline__ void ivote_copy_async_wait() {
 // (__launch_bounds__). Same arguments as ivote_levelset_step.
 template <int NT, int UNROLL, int MIN_BLOCKS, typename IndexT>
 __global__ void __launch_bounds__(NT, MIN_BLOCKS)
-ivote_levelset_step_march(const float* __restrict__ phi_in, float* __restrict__ phi_out,
-                          const float* __restrict__ image,
-                          const float* __restrict__ canvas_in, float* __restrict__ canvas_out,
-                          float* __restrict__ canvas_zero,
-                          const float* __restrict__ sums_in, float* __restrict__ sums_out,
-                          float* __restrict__ sums_zero,
-                          const float* __restrict__ region_consts, const int* __restrict__ origins,
-                          const float* __restrict__ psi_boxes,
-                          const float* __restrict__ coef, const int* __restrict__ dims, const int prime) {
+ivote_levelset_step_march(IVOTE_LEVELSET_STEP_PARAMS) {
     IVOTE_DYNAMIC_SHARED(ring);
     __shared__ float red[2][NT / 32];
     __shared__ float region_sh[3];
@@ -405,6 +399,83 @@ ivote_levelset_step_march(const float* __restrict__ phi_in, float* __restrict__ 
         }
         ivote_copy_async_wait();
         __syncthreads();
+    }
+    ivote_levelset_block_sums<NT>(acc_hi, acc_h, red, tid, obj, t == 0, sums_out, sums_zero);
+}
+
+// ivote_levelset_step_rows<NT, CELLS, MIN_BLOCKS, IndexT>: the same fused 2D iteration as
+// ivote_levelset_step<2, ...>, one block per `rows` full-width rows (dims[13]) of one object's box:
+// grid (object, y chunk), dims[14] y chunks. The rows and a one-row halo (those inside the box:
+// its border is frozen, nothing outside it is read) come to shared memory by cp.async, coalesced,
+// while each thread loads the image, prior and canvas values of its CELLS cells (tid, tid + NT, ...
+// of the chunk) into registers: every load of the block is in flight at once, then one
+// __syncthreads and the updates. Same formulas and order as the tiled kernel (ivote_levelset_next).
+// MIN_BLOCKS: blocks per SM the registers must allow. Same arguments as ivote_levelset_step.
+template <int NT, int CELLS, int MIN_BLOCKS, typename IndexT>
+__global__ void __launch_bounds__(NT, MIN_BLOCKS)
+ivote_levelset_step_rows(IVOTE_LEVELSET_STEP_PARAMS) {
+    IVOTE_DYNAMIC_SHARED(band);
+    __shared__ float red[2][NT / 32];
+    __shared__ float region_sh[3];
+
+    const int obj = blockIdx.x;
+    const int by = dims[1], bx = dims[2];
+    const int iy = dims[4], ix = dims[5];
+    const int rows = dims[13], y_chunks = dims[14];
+    const int t = blockIdx.y + gridDim.y * blockIdx.z;
+    if (t >= y_chunks) return;  // whole block: before any __syncthreads
+    const int y0 = t * rows;
+    const int rows_here = min(rows, by - y0);
+    const int tid = threadIdx.x;
+    const IndexT box_start = (IndexT)obj * by * bx;
+    {  // rows y0 - 1 .. y0 + rows_here of the box (those that exist) to band rows 0 .. rows + 1
+        const int row_lo = max(y0 - 1, 0), row_hi = min(y0 + rows_here, by - 1);
+        float* dst = band + (row_lo - (y0 - 1)) * bx;
+        const float* src = phi_in + box_start + (IndexT)row_lo * bx;
+        const int load_cells = (row_hi - row_lo + 1) * bx;
+        for (int i = tid; i < load_cells; i += NT) ivote_copy_async(dst + i, src + i);
+    }
+    if (tid == 0) ivote_levelset_region_consts(sums_in, region_consts, obj, region_sh);
+
+    const int chunk_cells = rows_here * bx;
+    const int oy = origins[3 * obj + 1], ox = origins[3 * obj + 2];
+    float value[CELLS], psi[CELLS], canvas[CELLS];
+    IndexT gidx[CELLS];
+    bool valid[CELLS], update[CELLS];
+#pragma unroll
+    for (int k = 0; k < CELLS; ++k) {
+        const int i = tid + k * NT;
+        const int ly = i / bx, x = i - ly * bx, y = y0 + ly;
+        const int gy = oy + y, gx = ox + x;
+        valid[k] = i < chunk_cells && gy >= 0 && gy < iy && gx >= 0 && gx < ix;
+        update[k] = valid[k] && !prime && x > 0 && x < bx - 1 && y > 0 && y < by - 1;
+        gidx[k] = valid[k] ? (IndexT)gy * ix + gx : (IndexT)0;
+        value[k] = valid[k] ? __ldg(image + gidx[k]) : 0.0f;
+        psi[k] = update[k] ? psi_boxes[box_start + (IndexT)y * bx + x] : 0.0f;
+        canvas[k] = update[k] ? canvas_in[gidx[k]] : 0.0f;
+    }
+    ivote_copy_async_wait();
+    __syncthreads();
+
+    const float inv_eps = coef[12];
+    float acc_hi = 0.0f, acc_h = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CELLS; ++k) {
+        const int i = tid + k * NT;
+        if (i >= chunk_cells) break;
+        const int ly = i / bx, x = i - ly * bx;
+        const int c = (ly + 1) * bx + x;  // in the band
+        const float phi = band[c];
+        float next = phi;
+        if (update[k]) {
+            next = ivote_levelset_next<2>(
+                phi, band[c - 1], band[c + 1], band[c - bx], band[c + bx],
+                band[c + bx + 1] - band[c + bx - 1] - band[c - bx + 1] + band[c - bx - 1],
+                phi, phi, 0.0f, 0.0f, value[k], psi[k], canvas[k], region_sh, coef);
+        }
+        phi_out[box_start + (IndexT)(y0 + ly) * bx + x] = next;
+        if (valid[k]) ivote_levelset_accumulate<IndexT>(next, value[k], gidx[k], inv_eps, canvas_out, canvas_zero,
+                                                        acc_hi, acc_h);
     }
     ivote_levelset_block_sums<NT>(acc_hi, acc_h, red, tid, obj, t == 0, sums_out, sums_zero);
 }
@@ -930,7 +1001,127 @@ __global__ void ivote_levelset_hull_count(const double* __restrict__ equations, 
     }
 }
 
+// The merge's exact lower bound on a pair's hull voxel count (_merge._hull_count_lower_bound is
+// the NumPy reference). The hull of the union's voxel face centres bounds, over every column
+// (Z, Y) of the doubled (z, y) grid ((2 nz + 1) x (2 ny + 1), voxel z at Z = 2z + 1, its faces at
+// 2z and 2z + 2), an interval [L, H] of doubled x (X = 2x + 1). Start: the face centres in each
+// column (x faces of the x line's ends in (odd, odd) columns, y and z faces of the two lines
+// beside an (odd, even) or (even, odd) column), -inf / +inf where none. Each round: H(q) =
+// max(H(q), (H(q - s d) + H(q + s d)) / 2) over 8 lattice directions d and every s >= 1 (L: min),
+// all from the previous round's values: midpoints of points of the hull stay in it, and every
+// value is a dyadic rational that float32 holds exactly (|X| < 2^16, few rounds), so the rounds
+// give the NumPy reference's values bit for bit. The voxels x with 2x + 1 in [L, H] of an
+// (odd, odd) column lie in the hull: their count never exceeds the full hull's.
+//
+// Pairs: params[8p ..] = a, b, region origin (z, y, x), region shape (nz, ny, nx) in the labels
+// image; their columns col_start[p] .. col_start[p + 1] (Z major).
+
+#define IVOTE_HULL_INF __int_as_float(0x7f800000)  // +inf (NVRTC has no INFINITY)
+
+__device__ __forceinline__ int ivote_hull_pair_of(const int* __restrict__ starts, int n, int c) {
+    int p = 0, upper = n;  // the last pair whose first column is <= c
+    while (upper - p > 1) {
+        const int mid = (p + upper) / 2;
+        if (starts[mid] <= c) p = mid;
+        else upper = mid;
+    }
+    return p;
+}
+
+// first and last x of the region's line (z, y) that carries label a or b (false if none)
+__device__ __forceinline__ bool ivote_hull_line_ends(const int* __restrict__ labels, const int iy, const int ix,
+                                                     const int* __restrict__ q, int z, int y, int& first, int& last) {
+    const int* row = labels + ((long long)(q[2] + z) * iy + (q[3] + y)) * ix + q[4];
+    first = -1;
+    last = -1;
+    for (int x = 0; x < q[7]; ++x) {
+        const int v = row[x];
+        if (v == q[0] || v == q[1]) {
+            if (first < 0) first = x;
+            last = x;
+        }
+    }
+    return first >= 0;
+}
+
+// ivote_levelset_hull_columns: the start values H, L of every column of every pair.
+__global__ void ivote_levelset_hull_columns(const int* __restrict__ labels, const int iy, const int ix,
+                                            const int* __restrict__ params, const int* __restrict__ col_start,
+                                            const int n_pairs, float* __restrict__ H, float* __restrict__ L,
+                                            const int total) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < total; c += gridDim.x * blockDim.x) {
+        const int p = ivote_hull_pair_of(col_start, n_pairs, c);
+        const int* q = params + 8 * p;
+        const int NY = 2 * q[6] + 1;
+        const int local = c - col_start[p];
+        const int Z = local / NY, Y = local % NY;
+        float hi = -IVOTE_HULL_INF, lo = IVOTE_HULL_INF;
+        int first, last;
+        if ((Z & 1) && (Y & 1)) {  // a voxel line: its x faces
+            if (ivote_hull_line_ends(labels, iy, ix, q, Z >> 1, Y >> 1, first, last)) {
+                hi = (float)(2 * last + 2);
+                lo = (float)(2 * first);
+            }
+        } else if ((Z & 1) || (Y & 1)) {  // y faces (Z odd) or z faces (Y odd) of the lines beside
+            for (int side = -1; side <= 0; ++side) {
+                const int z = (Z & 1) ? (Z >> 1) : (Z >> 1) + side;
+                const int y = (Z & 1) ? (Y >> 1) + side : (Y >> 1);
+                if (z < 0 || z >= q[5] || y < 0 || y >= q[6]) continue;
+                if (ivote_hull_line_ends(labels, iy, ix, q, z, y, first, last)) {
+                    hi = fmaxf(hi, (float)(2 * last + 1));
+                    lo = fminf(lo, (float)(2 * first + 1));
+                }
+            }
+        }
+        H[c] = hi;
+        L[c] = lo;
+    }
+}
+
+// ivote_levelset_hull_round: one round of midpoints (H_in, L_in -> H_out, L_out); counts != null
+// (the last round): the voxels of each (odd, odd) column, added to counts[p].
+__global__ void ivote_levelset_hull_round(const float* __restrict__ H_in, const float* __restrict__ L_in,
+                                          float* __restrict__ H_out, float* __restrict__ L_out,
+                                          const int* __restrict__ params, const int* __restrict__ col_start,
+                                          const int n_pairs, unsigned long long* __restrict__ counts,
+                                          const int total) {
+    const int dirs[8][2] = {{1, 0}, {0, 1}, {1, 1}, {1, -1}, {2, 1}, {1, 2}, {2, -1}, {1, -2}};
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < total; c += gridDim.x * blockDim.x) {
+        const int p = ivote_hull_pair_of(col_start, n_pairs, c);
+        const int* q = params + 8 * p;
+        const int NZ = 2 * q[5] + 1, NY = 2 * q[6] + 1;
+        const int local = c - col_start[p];
+        const int Z = local / NY, Y = local % NY;
+        const float* h = H_in + col_start[p];
+        const float* l = L_in + col_start[p];
+        float hi = h[local], lo = l[local];
+#pragma unroll 1
+        for (int d = 0; d < 8; ++d) {
+            const int dz = dirs[d][0], dy = dirs[d][1];
+            for (int s = 1;; ++s) {
+                const int z0 = Z - s * dz, y0 = Y - s * dy, z1 = Z + s * dz, y1 = Y + s * dy;
+                if (z0 < 0 || z1 >= NZ || min(y0, y1) < 0 || max(y0, y1) >= NY) break;
+                const int a = z0 * NY + y0, b = z1 * NY + y1;
+                hi = fmaxf(hi, __fmul_rn(__fadd_rn(h[a], h[b]), 0.5f));
+                lo = fminf(lo, __fmul_rn(__fadd_rn(l[a], l[b]), 0.5f));
+            }
+        }
+        H_out[c] = hi;
+        L_out[c] = lo;
+        if (counts != nullptr && (Z & 1) && (Y & 1) && hi > -IVOTE_HULL_INF && lo < IVOTE_HULL_INF) {
+            const float top = floorf(__fmul_rn(hi - 1.0f, 0.5f)), bottom = ceilf(__fmul_rn(lo - 1.0f, 0.5f));
+            if (top >= bottom) atomicAdd(counts + p, (unsigned long long)(top - bottom + 1.0f));
+        }
+    }
+}
+
 #ifdef IVOTE_NVCC_CHECK
+template __global__ void ivote_levelset_step_rows<256, 4, 4, int>(const float*, float*, const float*,
+    const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
+    const float*, const int*, const int);
+template __global__ void ivote_levelset_step_rows<128, 2, 8, long long>(const float*, float*, const float*,
+    const float*, float*, float*, const float*, float*, float*, const float*, const int*, const float*,
+    const float*, const int*, const int);
 template __global__ void ivote_levelset_step<2, 1, 16, 16, int>(const float*, float*, const float*, const float*,
     float*, float*, const float*, float*, float*, const float*, const int*, const float*, const float*, const int*,
     const int);

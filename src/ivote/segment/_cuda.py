@@ -1,5 +1,6 @@
-"""GPU side of the evolution: one fused launch of ``ivote_levelset_step`` (2D) or
-``ivote_levelset_step_march`` (3D, marching along z) per iteration for all objects,
+"""GPU side of the evolution: one fused launch of ``ivote_levelset_step_rows`` (2D, full-width
+rows) or ``ivote_levelset_step_march`` (3D, marching along z) per iteration for all objects
+(``ivote_levelset_step``, tiled, where a box is too wide for them),
 and device kernels for everything between blocks of iterations.
 
 Buffers (phi ping-pong, three image-sized overlap canvases and three per-object
@@ -30,7 +31,11 @@ _THREADS = 256
 # at once, min_blocks per SM, so no second partial wave), and whether a memset zeroes the next
 # canvas (None: where the boxes hold more cells than the image; any dimensionality). The fastest
 # of a sweep on an H100 (benchmarks/results/segment.md).
-MARCH = {"threads": 256, "unroll": 1, "min_blocks": 5, "planes": None, "memset": None}
+MARCH = {"threads": 256, "unroll": 1, "min_blocks": 6, "planes": None, "memset": None}
+# 2D: the step kernel over full-width rows (ivote_levelset_step_rows): threads per block, cells
+# per thread (a block owns threads x cells // box width rows), blocks per SM its registers must
+# allow. The fastest of a sweep on an H100 (benchmarks/results/segment.md).
+ROWS = {"threads": 128, "cells": 4, "min_blocks": 8}
 _MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
 _MOMENT_CELLS = 8192  # box cells per block of the moments kernel
 
@@ -54,6 +59,18 @@ def march_plan(box3, planes, *, n_objects: int = 1, resident_blocks: int = 1):
     return z_chunks, planes, rows, y_chunks, 16 * (rows + 2) * bx
 
 
+def rows_plan(box2, threads: int, cells: int):
+    """How ``ivote_levelset_step_rows`` splits a (by, bx) box: (y chunks, rows per chunk,
+    shared-memory bytes), or None when a block's cells do not hold one full row (the tiled
+    kernel takes those boxes)."""
+    by, bx = box2
+    rows = min(by, (threads * cells) // bx)
+    if rows < 1 or 4 * (rows + 2) * bx > _MARCH_SHARED_BYTES:
+        return None
+    y_chunks = -(-by // rows)
+    return y_chunks, rows, 4 * (rows + 2) * bx
+
+
 class CudaStepper:
     """Advance a :class:`~._segment.Batch` on the GPU: ``prior(pose)`` once per fit, then
     ``run(phi, count)``; ``reinitialise(phi, clip)`` and ``labels(phi)`` between and after.
@@ -62,7 +79,8 @@ class CudaStepper:
     operations then fall back to the array implementations of the NumPy path.
     """
 
-    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None, tiles=None, march=None):
+    def __init__(self, batch, *, block_length: int, use_graph: bool = True, kernel=None, tiles=None, march=None,
+                 rows=None):
         xp = get_array_module(batch.valid)
         self.xp = xp
         self.batch = batch
@@ -82,8 +100,18 @@ class CudaStepper:
         if ndim == 3 and tiles is None and kernel is None:
             sms = int(xp.cuda.Device().attributes["MultiProcessorCount"])
             plan = march_plan(box3, march["planes"], n_objects=n, resident_blocks=sms * int(march["min_blocks"]))
+        rows = dict(ROWS, **(rows or {}))
+        row_plan = None
+        if ndim == 2 and tiles is None and kernel is None:
+            row_plan = rows_plan(box3[1:], int(rows["threads"]), int(rows["cells"]))
         self.shared_bytes = 0
-        if plan is not None:
+        if row_plan is not None:
+            y_chunks, rows_per_chunk, self.shared_bytes = row_plan
+            tiles, extra = (1, y_chunks, 1), (1, rows_per_chunk, y_chunks)
+            self.grid = step_grid(n, y_chunks)
+            self.block = (int(rows["threads"]), 1, 1)
+            name = "ivote_levelset_step_rows<{threads}, {cells}, {min_blocks}, ".format(**rows) + f"{itype}>"
+        elif plan is not None:
             z_chunks, planes, rows, y_chunks, self.shared_bytes = plan
             tiles, extra = (z_chunks, y_chunks, 1), (planes, rows, y_chunks)
             self.grid = step_grid(n, z_chunks * y_chunks)
