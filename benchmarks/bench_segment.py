@@ -10,8 +10,8 @@ Cases (full): 1024^2 with 200 nuclei and 256^3 with 300 nuclei, 500 iterations
   psi read and, per valid cell, image, overlap canvas read and zeroing: 24 bytes
   a cell; the canvas atomics are not counted) against a device-to-device copy
   measured in the same run. ``--tile-sweep`` times it for a few tile shapes
-  first and uses the fastest; ``--march-sweep`` (3D) the tiled kernel against
-  the z-marching one for a few configurations.
+  first and uses the fastest; ``--march-sweep`` the tiled kernel against the
+  z-marching one (3D) or the full-width row one (2D) for a few configurations.
 * A breakdown of one call into phases (CUDA events, ``_segment.PROFILE``).
 * NumPy path: the same call with a few iterations, per-iteration time
   extrapolated to 500 (the set-up, timed with 0 iterations, is added once).
@@ -41,6 +41,7 @@ from ivote.segment._cuda import CudaStepper
 from ivote.segment._shape_prior import fit_poses, moment_features
 
 ITERATIONS = 500
+LAST_TIMES = []  # every call of the last gpu_time (s)
 
 
 def gpu_time(fn, repeats=3):
@@ -55,6 +56,8 @@ def gpu_time(fn, repeats=3):
         end.record()
         end.synchronize()
         times.append(xp.cuda.get_elapsed_time(start, end) / 1e3)
+    print("  calls (ms): " + ", ".join(f"{1e3 * t:.1f}" for t in times), flush=True)
+    LAST_TIMES[:] = times
     return min(times), out
 
 
@@ -73,7 +76,7 @@ def copy_bandwidth(nbytes=1 << 28):
     return 2 * nbytes / seconds
 
 
-def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None, march=None):
+def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None, march=None, rows=None):
     """Time bare fused launches on the case's real batch (after one normal block)."""
     xp = default_xp()
     weights = dict(_segment.DEFAULT_WEIGHTS)
@@ -84,7 +87,7 @@ def kernel_bandwidth(image, seeds, radius, spacing, launches=200, tiles=None, ma
     phi = _segment._initial_level_sets(seeds, batch, 0.5 * radius, xp)
     pose = fit_poses((phi > 0) & batch.valid, moment_features(batch.box_shape, batch.spacing, xp), batch.spacing,
                      batch.prior, xp)
-    stepper = CudaStepper(batch, block_length=50, use_graph=False, tiles=tiles, march=march)
+    stepper = CudaStepper(batch, block_length=50, use_graph=False, tiles=tiles, march=march, rows=rows)
     stepper.prior(pose)
     stepper.run(phi, 50)
     stepper.steps_only(10, start=51)
@@ -154,31 +157,34 @@ def tile_sweep(image, centers, radius, spacing):
 
 
 MARCH_CANDIDATES = [dict(threads=256, unroll=1, min_blocks=5, planes=None, memset=None),
-                    dict(threads=256, unroll=1, min_blocks=5, planes=None, memset=False),
-                    dict(threads=256, unroll=1, min_blocks=5, planes=20, memset=None),
-                    dict(threads=256, unroll=1, min_blocks=6, planes=None, memset=None),
-                    dict(threads=256, unroll=2, min_blocks=5, planes=None, memset=None)]
+                    dict(threads=256, unroll=1, min_blocks=6, planes=None, memset=None)]
+ROWS_CANDIDATES = [dict(threads=256, cells=4, min_blocks=4), dict(threads=128, cells=8, min_blocks=4),
+                   dict(threads=64, cells=8, min_blocks=8), dict(threads=256, cells=16, min_blocks=2),
+                   dict(threads=128, cells=4, min_blocks=8)]
 
 
-def march_sweep(image, centers, radius, spacing):
-    """The 3D fused kernel alone: the tiled kernel (TILES[3]) and the z-marching kernel for a few
-    (threads, unroll, min blocks per SM, planes, canvas zeroed by a memset or in the kernel); sets the
-    fastest marching configuration as the default."""
-    results = {"tiled " + str(_cuda.TILES[3]): kernel_bandwidth(image, centers, radius, spacing, tiles=_cuda.TILES[3])}
+def kernel_sweep(image, centers, radius, spacing):
+    """The fused kernel alone: the tiled kernel (TILES[ndim]) and, in a few configurations, the
+    z-marching kernel (3D: threads, unroll, min blocks per SM, planes, canvas zeroed by a memset or
+    in the kernel; None: auto) or the full-width row kernel (2D: threads, cells per thread, min
+    blocks per SM); sets the fastest of the latter as the default."""
+    ndim = image.ndim
+    kind, candidates, default = (("march", MARCH_CANDIDATES, _cuda.MARCH) if ndim == 3
+                                 else ("rows", ROWS_CANDIDATES, _cuda.ROWS))
+    results = {"tiled " + str(_cuda.TILES[ndim]): kernel_bandwidth(image, centers, radius, spacing,
+                                                                    tiles=_cuda.TILES[ndim])}
     configs = {}
-    for config in MARCH_CANDIDATES:
-        key = "march {threads}/{unroll}/{min_blocks}/{}{}".format(
-            config["planes"] or "auto", "" if config["memset"] is None else "/zero in kernel", **config)
+    for config in candidates:
+        key = f"{kind} " + "/".join("auto" if v is None else str(v) for v in config.values())
         configs[key] = config
         try:
-            results[key] = kernel_bandwidth(image, centers, radius, spacing, march=config)
+            results[key] = kernel_bandwidth(image, centers, radius, spacing, **{kind: config})
         except Exception as exc:
             print(f"{key}: {type(exc).__name__}: {exc}", flush=True)
-    marching = [k for k in results if k.startswith("march")]
-    best = min(marching, key=lambda k: results[k][0])
-    _cuda.MARCH.update(configs[best])
-    print("3D kernel sweep (us/iteration, tiled and march threads/unroll/min blocks/planes): "
-          + ", ".join(f"{k}: {1e6 * r[0]:.1f}" for k, r in results.items()) + f"; best march {best}", flush=True)
+    best = min((k for k in configs if k in results), key=lambda k: results[k][0])
+    default.update(configs[best])
+    print(f"{ndim}D kernel sweep (us/iteration; {kind} " + "/".join(candidates[0]) + "): "
+          + ", ".join(f"{k}: {1e6 * r[0]:.1f}" for k, r in results.items()) + f"; best {best}", flush=True)
     return {k: 1e6 * r[0] for k, r in results.items()}
 
 
@@ -190,14 +196,16 @@ def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, c
     sweep_us = None
     if sweep:
         _, sweep_us = tile_sweep(image, centers, radius, spacing)
-    if sweep_march and image.ndim == 3:
-        sweep_us = march_sweep(image, centers, radius, spacing)
+    if sweep_march:
+        sweep_us = kernel_sweep(image, centers, radius, spacing)
     gpu_s, labels = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, **kwargs))
+    all_ms = [1e3 * t for t in LAST_TIMES]
     phases = breakdown(image_d, centers, kwargs)
     print(f"{name} breakdown (device ms, host ms): "
           + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in phases.items()), flush=True)
     default_s, _ = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, radius=radius,
-                                                    spacing=spacing), repeats=2)
+                                                    spacing=spacing), repeats=3)
+    default_all_ms = [1e3 * t for t in LAST_TIMES]
     f1 = match_labels(to_host(labels), truth).f1
     # the share of reinitialisations and shape fits: the same call, reinitialising 2x less often
     sparse_s, _ = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, reinit_every=100, **kwargs),
@@ -211,8 +219,10 @@ def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, c
         "gpu_ms": 1e3 * gpu_s, "gpu_sparse_ms": 1e3 * sparse_s, "numpy_s": np_s, "numpy_iters": numpy_iterations, "skimage_s": sk_s,
         "skimage_objects": skimage_objects, "updates": updates, "cells": cells, "kernel_us": 1e6 * per_launch,
         "kernel_gbs": bandwidth / 1e9, "copy_gbs": copy_bw / 1e9, "f1": f1, "kernel": kernel_name,
-        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us,
-        "config": (f"march {_cuda.MARCH}" if "march" in kernel_name else f"tiles {_cuda.TILES[image.ndim]}"),
+        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us, "all_ms": all_ms,
+        "default_all_ms": default_all_ms,
+        "config": (f"march {_cuda.MARCH}" if "march" in kernel_name else f"rows {_cuda.ROWS}" if "rows" in kernel_name
+                   else f"tiles {_cuda.TILES[image.ndim]}"),
     }
 
 
@@ -224,8 +234,8 @@ def main(argv=None):
     parser.add_argument("--tile-sweep", action="store_true",
                         help="time the fused kernel for a few tile shapes first and use the fastest")
     parser.add_argument("--march-sweep", action="store_true",
-                        help="3D: time the tiled and the z-marching kernel (a few configurations) first, "
-                             "use the fastest marching one")
+                        help="time the tiled kernel and the z-marching (3D) or full-width row (2D) kernel in a "
+                             "few configurations first, use the fastest of the latter")
     parser.add_argument("--case", choices=("2D", "3D"), default=None, help="run one case only")
     args = parser.parse_args(argv)
     if not cupy_available():
@@ -268,7 +278,9 @@ def main(argv=None):
               "and the whole call with the defaults (tol=1e-3: convergence checks, early stop):", ""]
     for r in rows:
         lines.append(f"- {r['case']}: " + ", ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in r["phases"].items())
-                     + f"; defaults: {r['default_ms']:.1f} ms")
+                     + f"; defaults: {r['default_ms']:.1f} ms (min of "
+                     + ", ".join(f"{t:.1f}" for t in r["default_all_ms"]) + "); tol=0 calls: "
+                     + ", ".join(f"{t:.1f}" for t in r["all_ms"]) + " ms")
     for r in rows:
         if r["sweep_us"]:
             lines.append(f"- {r['case']}: fused kernel us/iteration by configuration: "
