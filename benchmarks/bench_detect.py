@@ -3,9 +3,9 @@
 Cases (synthetic nuclei, see ``ivote.data.synthetic_nuclei``): 2D 1024² and
 2048² with radius 12 px, 3D 256³ and 512³ with radius 8 voxels (the larger
 images tile the smaller one 2x2(x2)). Whole detection is timed: blur, gradient,
-voting passes, maxima, threshold, results on the host. GPU: three warm-up calls
-(kernel compilation, cone tables, list sizes, pinned buffers: the state of a
-slider being dragged), then the median wall time of ``--repeat`` calls (default
+voting passes, maxima, threshold, results on the host. GPU: warm-up calls for
+at least a second (kernel compilation, cone tables, list sizes, pinned buffers,
+and the GPU's clocks up from idle: the state of a slider being dragged), then the median wall time of ``--repeat`` calls (default
 30 in 2D, 10 in 3D; each ends with a device-to-host copy, so it is
 synchronised) with their minimum and maximum; peak GPU memory is the
 largest ``used_bytes`` of CuPy's memory pool during a run, input image included.
@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_detect.py [--quick] [--out benchmarks/results/det
 from __future__ import annotations
 
 import argparse
+import itertools
 import datetime
 import functools
 import statistics
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     lines = [
         f"# Detection speed ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
         "",
-        f"Device: {backend_name(xp)}. GPU: median (min-max) of {repeat_2d} (2D) / {repeat_3d} (3D) calls after 3 "
+        f"Device: {backend_name(xp)}. GPU: median (min-max) of {repeat_2d} (2D) / {repeat_3d} (3D) calls after 1 s of "
         f"warm-up calls; NumPy path timed on a crop "
         f"({args.numpy_crop[0]}² / {args.numpy_crop[1]}³) and compared by voxels/s; blob_log: 1 run, CPU.",
         "",
@@ -190,8 +191,11 @@ def main(argv=None) -> int:
         image = make_image(ndim, size, radius)
         device_image = to_device(image, xp)
         run = lambda: iterative_voting(device_image, radius=radius)  # noqa: E731
-        for _ in range(3):  # warm-up: kernels, tables, list sizes, pinned buffers
+        warm_until = time.perf_counter() + 1.0
+        for i in itertools.count():  # warm-up: kernels, tables, list sizes, pinned buffers, clocks
             found = run()
+            if i >= 2 and time.perf_counter() > warm_until:
+                break
         times = time_calls(run, repeat_2d if ndim == 2 else repeat_3d)
         seconds = statistics.median(times)
         stages = stage_times(xp, device_image, radius)

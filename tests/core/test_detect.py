@@ -277,3 +277,40 @@ def test_candidates_equal_the_greedy_scan(seed):
     expected_coords, expected_values = _greedy_scan(votes, plan)
     assert len(coords) > 5
     assert np.array_equal(coords, expected_coords) and np.array_equal(values, expected_values)
+
+
+def test_otsu_threshold_equals_scikit_image():
+    """The detector's own Otsu (for speed) gives scikit-image's threshold exactly,
+    on log-normal scores, integer-valued votes with ties, few values and values
+    one ulp from a bin edge."""
+    from skimage.filters import threshold_otsu
+
+    from ivote.detect._voting import otsu_threshold
+
+    rng = np.random.default_rng(12)
+    cases = [rng.lognormal(0, s, n) for s, n in ((0.5, 2), (1.0, 3), (2.0, 1000), (3.0, 5000))]
+    cases += [rng.integers(1, k, n).astype(float) for k, n in ((3, 10), (50, 400), (10**6, 3000))]
+    edges = np.exp(np.linspace(0.0, 1.0, 257))
+    cases.append(np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, 10)]))
+    for _ in range(200):
+        cases.append(rng.lognormal(rng.uniform(-5, 5), rng.uniform(0.01, 4), int(rng.integers(2, 3000))))
+    for scores in cases:
+        expected = float(np.exp(threshold_otsu(np.log(scores))))
+        assert otsu_threshold(scores) == expected
+    assert otsu_threshold(np.full(5, 3.0)) == float("-inf")
+    assert otsu_threshold(np.zeros(4)) == float("-inf")
+
+
+def test_histogram_of_the_otsu_threshold_equals_numpy():
+    from ivote.detect._voting import _histogram_256
+
+    rng = np.random.default_rng(13)
+    for low, high in ((0.0, 1.0), (-3.7, 12.9), (1e-3, 1e-3 + 1e-9), (-1e6, 1e6)):
+        edges = np.linspace(low, high, 257)
+        values = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf),
+                                 rng.uniform(low, high, 500)])
+        values = values[(values >= low) & (values <= high)]
+        counts, got_edges = _histogram_256(values)
+        expected, expected_edges = np.histogram(values, bins=256)
+        np.testing.assert_array_equal(counts, expected)
+        np.testing.assert_array_equal(got_edges, expected_edges)
