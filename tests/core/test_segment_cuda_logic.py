@@ -102,3 +102,25 @@ def test_rows_plan_covers_the_box_within_shared_memory(box, threads, cells):
     assert y_chunks * rows >= by > (y_chunks - 1) * rows
     assert rows * bx <= threads * cells
     assert shared == 4 * (rows + 2) * bx <= _cuda._MARCH_SHARED_BYTES
+
+
+def _step_static_shared(threads):
+    """Static shared memory of the march / rows kernels: red[2][NT / 32] and region_sh[3] floats,
+    16-byte aligned (ptxas: 80 bytes for 256 threads, 48 for 128)."""
+    return -(-(2 * (threads // 32) * 4 + 12) // 16) * 16
+
+
+def test_step_plans_leave_room_for_static_shared_memory():
+    """Without an opt-in, a launch fails (CUDA_ERROR_INVALID_VALUE) where static plus dynamic
+    shared memory exceed 48 KiB: e.g. 3D boxes 93 wide (radius 30 px) took 49104 dynamic bytes
+    plus 80 static. Every box width, tall boxes (the row cap binds) and the sweep's thread counts."""
+    for bx in range(5, 1100, 2):
+        for by in (bx, 1023):
+            plan = _cuda.march_plan((9, by, bx), None, n_objects=1, resident_blocks=1)
+            if plan is not None:
+                for threads in (128, 256, 512):
+                    assert plan[4] + _step_static_shared(threads) <= 48 * 1024, (bx, by, plan)
+            for threads, cells in ((128, 4), (256, 16), (512, 8)):
+                plan = _cuda.rows_plan((by, bx), threads, cells)
+                if plan is not None:
+                    assert plan[2] + _step_static_shared(threads) <= 48 * 1024, (bx, by, plan)

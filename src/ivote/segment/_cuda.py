@@ -36,7 +36,11 @@ MARCH = {"threads": 256, "unroll": 1, "min_blocks": 6, "planes": None, "memset":
 # per thread (a block owns threads x cells // box width rows), blocks per SM its registers must
 # allow. The fastest of a sweep on an H100 (benchmarks/results/segment.md).
 ROWS = {"threads": 128, "cells": 4, "min_blocks": 8}
-_MARCH_SHARED_BYTES = 48 * 1024  # the ring of 4 planes stays below the default dynamic limit
+# dynamic shared memory of the ring / band: a launch fails (invalid argument) where static plus
+# dynamic shared memory exceed 48 KiB without an opt-in; the step kernels' static arrays (the
+# block reduction and region constants: 80 bytes for 256 threads, ptxas) fit in the 1 KiB kept
+_STATIC_SHARED_RESERVE = 1024
+_MARCH_SHARED_BYTES = 48 * 1024 - _STATIC_SHARED_RESERVE
 _MOMENT_CELLS = 8192  # box cells per block of the moments kernel
 
 
