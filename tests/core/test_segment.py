@@ -282,3 +282,50 @@ def test_merge_decisions_unchanged_by_the_hull_bound(monkeypatch):
     monkeypatch.setattr(_merge, "_unless_bound_rejects", with_bounds)
     np.testing.assert_array_equal(_merge.merge_split_objects(labels, **kwargs), expected)
     assert hulls == [1]  # only the pair the bound keeps
+
+
+def test_touching_pairs_from_the_bitmap_words():
+    """The GPU's pair bitmap (bit (a - 1) n + (b - 1), 32-bit words) is decoded from its non-zero
+    words only: the pairs of every set bit, sorted, as unpacking the whole bitmap gives them
+    (n^2 / 8 bytes on the host: 200 MB for 4e4 labels, which the words avoid)."""
+    from ivote.segment._merge import _pairs_from_bitmap_words
+
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 33, 40_000):
+        a = rng.integers(1, n + 1, 50)
+        b = rng.integers(1, n + 1, 50)
+        pairs = {(int(min(p, q)), int(max(p, q))) for p, q in zip(a, b) if p != q}
+        bits = np.array(sorted((p - 1) * n + (q - 1) for p, q in pairs), dtype=np.int64)
+        bitmap = np.zeros(-(-n * n // 32), dtype=np.uint32)
+        np.bitwise_or.at(bitmap, bits >> 5, (np.uint32(1) << (bits & 31).astype(np.uint32)))
+        words = np.flatnonzero(bitmap)
+        got = _pairs_from_bitmap_words(words, bitmap[words], n)
+        assert got.dtype == np.int64 and got.shape == (len(pairs), 2)
+        np.testing.assert_array_equal(got, np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2))
+
+
+def test_hull_bounds_and_union_masks_in_chunks(monkeypatch):
+    """Many pairs of large boxes: the GPU's hull bounds go in chunks of at most _BOUND_COLUMNS
+    columns (int32 column indices, 16 bytes a column on the device), each chunk's kernels
+    emulated here by the host bound; every pair keeps its own bound, in order."""
+    from ivote.segment import _merge
+
+    assert _merge._chunks([5, 5, 5, 20, 1, 1], 10) == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 6)]
+    assert _merge._chunks([], 10) == [slice(0, 0)]
+    _, truth, *_ = synthetic_nuclei((24, 64, 64), radius=6, n_nuclei=30, overlap=0.3, seed=6)
+    truth = truth.astype(np.int32)
+    pairs = [tuple(int(v) for v in p) for p in _merge._touching_pairs(truth)]
+    regions = [tuple(slice(0, n - k % 3) for n in truth.shape) for k, _ in enumerate(pairs)]
+    expected = _merge._host_hull_lower_bounds(truth, pairs, regions)
+    calls = []
+
+    def chunk(labels, params, columns, rounds):
+        calls.append(int(np.sum(columns)))
+        return _merge._host_hull_lower_bounds(labels, [tuple(p[:2]) for p in params], [
+            tuple(slice(o, o + s) for o, s in zip(p[2:5], p[5:])) for p in params], rounds)
+
+    monkeypatch.setattr(_merge, "_device_hull_lower_bounds_chunk", chunk)
+    monkeypatch.setattr(_merge, "_BOUND_COLUMNS", 3 * (2 * 24 + 1) * (2 * 64 + 1))
+    assert len(pairs) >= 4
+    np.testing.assert_array_equal(_merge._device_hull_lower_bounds(truth, pairs, regions), expected)
+    assert len(calls) == -(-len(pairs) // 3) and max(calls) <= _merge._BOUND_COLUMNS

@@ -150,6 +150,20 @@ def test_3d_marching_kernel_matches_tiled_kernel():
     assert_step_variants_agree(image, seeds, spacing, radius, variants, "march")
 
 
+def test_3d_marching_kernel_on_wide_boxes():
+    """Boxes 93 wide (radius 30 px): the ring of 4 planes takes 48 KiB less the static
+    shared memory's reserve (49104 dynamic bytes plus 80 static failed to launch) and the
+    rows of a plane come in 4 y-chunks, which the small boxes above never split."""
+    from ivote.segment._cuda import march_plan
+
+    image, _, centers, spacing, _ = synthetic_nuclei((40, 100, 100), radius=12, seed=4)
+    seeds = np.concatenate([centers[:3], [[0.0, 0.0, 0.0]]])
+    plan = march_plan((93, 93, 93), None)
+    assert plan is not None and plan[3] > 1 and plan[4] + 80 <= 48 * 1024
+    variants = {"tiled": dict(tiles=(4, 8, 8), march={"memset": False}), "march": dict()}
+    assert_step_variants_agree(image, seeds, spacing, 30.0, variants, "march")
+
+
 def test_2d_row_kernel_matches_tiled_kernel():
     """The 2D step over full-width rows (several chunkings of the box) against the tiled step,
     which the tests above hold to the NumPy reference."""
@@ -250,3 +264,25 @@ def test_device_hull_lower_bounds_match_host():
         merged = _merge.merge_split_objects(xp.asarray(truth), max_volume=1e9, min_solidity=solidity, sizes=sizes)
         np.testing.assert_array_equal(to_host(merged), _merge.merge_split_objects(
             truth, max_volume=1e9, min_solidity=solidity, sizes=sizes))
+
+
+def test_device_merge_in_chunks_matches_one_launch(monkeypatch):
+    """The hull bounds and the union masks of many pairs in several chunks (launches and
+    transfers), as the merge splits them for many pairs of large boxes: the same values."""
+    from ivote._backend import default_xp
+    from ivote.segment import _merge
+
+    xp = default_xp()
+    _, truth, *_ = synthetic_nuclei((32, 96, 96), radius=6, n_nuclei=60, overlap=0.3, seed=6)
+    truth = truth.astype(np.int32)
+    pairs = [tuple(int(v) for v in p) for p in _merge._touching_pairs(truth)]
+    regions = [tuple(slice(0, n - k % 3) for n in truth.shape) for k, _ in enumerate(pairs)]
+    bounds = _merge._device_hull_lower_bounds(xp.asarray(truth), pairs, regions)
+    masks = _merge._union_masks(xp.asarray(truth), pairs, None)
+    monkeypatch.setattr(_merge, "_BOUND_COLUMNS", 2 * 65 * 193)
+    monkeypatch.setattr(_merge, "_MASK_BYTES", 3 * truth.size)
+    assert len(pairs) >= 8
+    np.testing.assert_array_equal(_merge._device_hull_lower_bounds(xp.asarray(truth), pairs, regions), bounds)
+    np.testing.assert_array_equal(bounds, _merge._host_hull_lower_bounds(truth, pairs, regions))
+    chunked = _merge._union_masks(xp.asarray(truth), pairs, None)
+    assert all(c.shape == m.shape and np.array_equal(c, m) for c, m in zip(chunked, masks))

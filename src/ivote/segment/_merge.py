@@ -54,8 +54,9 @@ def _touching_pairs(labels, n=None) -> np.ndarray:
             (int(min(-(-labels.size // 256), 1 << 16)),), (256,),
             (xp.ascontiguousarray(labels), np.int32(shape[0]), np.int32(shape[1]), np.int32(shape[2]), np.int32(n),
              bitmap, total))
-        bits = np.flatnonzero(np.unpackbits(to_host(bitmap).view(np.uint8), bitorder="little")[: n * n])
-        return np.stack([bits // n + 1, bits % n + 1], axis=1).astype(np.int64)
+        # only the words with a bit set come to the host (a few per object, against n^2 / 8 bytes)
+        words = xp.flatnonzero(bitmap)
+        return _pairs_from_bitmap_words(to_host(words), to_host(bitmap[words]), n)
     codes = []
     for axis in range(labels.ndim):
         moved = xp.moveaxis(labels, axis, 0)
@@ -66,6 +67,17 @@ def _touching_pairs(labels, n=None) -> np.ndarray:
         codes.append(lo * (n + 1) + hi)
     codes = to_host(xp.unique(xp.concatenate(codes)))
     return np.stack([codes // (n + 1), codes % (n + 1)], axis=1)
+
+
+def _pairs_from_bitmap_words(words, values, n: int) -> np.ndarray:
+    """(P, 2) pairs (a, b), sorted, of the set bits (a - 1) n + (b - 1) of a bitmap of 32-bit
+    words, given as the ascending indices ``words`` of its non-zero words and their ``values``."""
+    words = np.asarray(words, dtype=np.int64)
+    values = np.asarray(values, dtype=np.uint32)
+    k = np.arange(32, dtype=np.uint32)
+    set_bits = ((values[:, None] >> k) & np.uint32(1)).astype(bool)
+    bits = (words[:, None] * 32 + k.astype(np.int64))[set_bits]
+    return np.stack([bits // n + 1, bits % n + 1], axis=1).astype(np.int64)
 
 
 def _non_vertex_ends(any_x, first, last, axis):
@@ -261,27 +273,56 @@ def _device_hull_lower_bounds(labels, pairs, regions, rounds: int = HULL_BOUND_R
     the 3D int32 label image on the GPU) for every pair, in 1 + ``rounds`` launches."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1; got {rounds}")
-    xp = get_array_module(labels)
-    kernels = _merge_kernels("int")
     params = np.zeros((len(pairs), 8), dtype=np.int32)
     for k, ((a, b), region) in enumerate(zip(pairs, regions)):
         params[k, :2] = a, b
         ranges = [range(*r.indices(n)) for r, n in zip(region, labels.shape)]
         params[k, 2:5] = [r.start for r in ranges]
         params[k, 5:] = [len(r) for r in ranges]
-    columns = (2 * params[:, 5] + 1) * (2 * params[:, 6] + 1)
-    col_start = np.concatenate([[0], np.cumsum(columns)]).astype(np.int32)
+    columns = (2 * params[:, 5].astype(np.int64) + 1) * (2 * params[:, 6].astype(np.int64) + 1)
+    # pairs in chunks of at most _BOUND_COLUMNS columns: int32 column indices in the kernels, and
+    # 16 bytes a column on the device (many pairs of large boxes would overflow both)
+    counts = []
+    for chunk in _chunks(columns, _BOUND_COLUMNS):
+        counts.append(_device_hull_lower_bounds_chunk(labels, params[chunk], columns[chunk], rounds))
+    return np.concatenate(counts)
+
+
+_BOUND_COLUMNS = 1 << 25  # columns of one chunk of _device_hull_lower_bounds (512 MB of H, L)
+
+
+def _chunks(sizes, budget: int) -> list:
+    """Consecutive slices of ``sizes`` whose sums stay within ``budget`` (an item larger than the
+    budget alone in its slice)."""
+    chunks, start, total = [], 0, 0
+    for k, size in enumerate(sizes):
+        if k > start and total + int(size) > budget:
+            chunks.append(slice(start, k))
+            start, total = k, 0
+        total += int(size)
+    chunks.append(slice(start, len(sizes)))
+    return chunks
+
+
+def _device_hull_lower_bounds_chunk(labels, params, columns, rounds: int) -> np.ndarray:
+    """:func:`_device_hull_lower_bounds` of the pairs ``params`` (rows a, b, origin, shape)."""
+    xp = get_array_module(labels)
+    n_pairs = len(params)
+    col_start = np.concatenate([[0], np.cumsum(columns, dtype=np.int64)])
     total = int(col_start[-1])
-    params_d, col_start_d = xp.asarray(params), xp.asarray(col_start)
+    if total >= 2**31:  # one pair beyond the kernels' int32 columns: no bound (0 rejects nothing)
+        return np.zeros(n_pairs, dtype=np.int64)
+    kernels = _merge_kernels("int")
+    params_d, col_start_d = xp.asarray(params), xp.asarray(col_start.astype(np.int32))
     high, low = [xp.empty(total, dtype=xp.float32) for _ in range(2)], [xp.empty(total, dtype=xp.float32) for _ in range(2)]
-    counts = xp.zeros(len(pairs), dtype=xp.uint64)
+    counts = xp.zeros(n_pairs, dtype=xp.uint64)
     grid, block = (max(1, min(-(-total // 128), 8192)),), (128,)
     labels = xp.ascontiguousarray(labels)
     kernels["columns"](grid, block, (labels, np.int32(labels.shape[1]), np.int32(labels.shape[2]), params_d,
-                                     col_start_d, np.int32(len(pairs)), high[0], low[0], np.int32(total)))
+                                     col_start_d, np.int32(n_pairs), high[0], low[0], np.int32(total)))
     for r in range(rounds):
         kernels["round"](grid, block, (high[r % 2], low[r % 2], high[1 - r % 2], low[1 - r % 2], params_d, col_start_d,
-                                       np.int32(len(pairs)), counts if r == rounds - 1 else np.uint64(0),
+                                       np.int32(n_pairs), counts if r == rounds - 1 else np.uint64(0),
                                        np.int32(total)))
     return to_host(counts).astype(np.int64)
 
@@ -315,6 +356,9 @@ def _pair_region(shape, a, b, boxes):
         for j in range(len(shape)))
 
 
+_MASK_BYTES = 1 << 28  # union masks of one launch and transfer of _union_masks
+
+
 def _union_masks(labels, pairs, boxes):
     """Host crops of (labels == a) | (labels == b) for every pair (a, b), tight around each
     union: built on the labels' backend and brought to the host in one transfer."""
@@ -323,23 +367,27 @@ def _union_masks(labels, pairs, boxes):
         return []
     regions = [_pair_region(labels.shape, a, b, boxes) for a, b in pairs]
     shapes = [tuple(len(range(*r.indices(n))) for r, n in zip(region, labels.shape)) for region in regions]
-    sizes = [int(np.prod(shape)) for shape in shapes]
+    sizes = np.array([int(np.prod(shape)) for shape in shapes], dtype=np.int64)
     if xp is not np and labels.ndim in (2, 3) and labels.dtype == xp.int32:
-        # one launch and one transfer for all pairs
+        # one launch and one transfer for all pairs (for a chunk of _MASK_BYTES bytes of them)
         params = np.zeros((len(pairs), 8), dtype=np.int32)
         for k, ((a, b), region, shape) in enumerate(zip(pairs, regions, shapes)):
             params[k, :2] = a, b
             params[k, 2 + 3 - labels.ndim : 5] = [r.start or 0 for r in region]
             params[k, 5 : 5 + 3 - labels.ndim] = 1
             params[k, 8 - labels.ndim :] = shape
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        out = xp.empty(int(starts[-1]), dtype=xp.uint8)
         image = (1,) * (3 - labels.ndim) + labels.shape
-        _merge_kernels("int")["masks"](
-            (int(min(-(-int(starts[-1]) // 256), 1 << 16)),), (256,),
-            (xp.ascontiguousarray(labels), np.int32(image[1]), np.int32(image[2]), xp.asarray(params),
-             xp.asarray(starts), np.int32(len(pairs)), out, np.int64(starts[-1])))
-        host = to_host(out).view(bool)
+        contiguous = xp.ascontiguousarray(labels)
+        parts = []
+        for chunk in _chunks(sizes, _MASK_BYTES):
+            starts = np.concatenate([[0], np.cumsum(sizes[chunk], dtype=np.int64)])
+            out = xp.empty(int(starts[-1]), dtype=xp.uint8)
+            _merge_kernels("int")["masks"](
+                (int(max(1, min(-(-int(starts[-1]) // 256), 1 << 16))),), (256,),
+                (contiguous, np.int32(image[1]), np.int32(image[2]), xp.asarray(params[chunk]),
+                 xp.asarray(starts), np.int32(len(params[chunk])), out, np.int64(starts[-1])))
+            parts.append(to_host(out).view(bool))
+        host = np.concatenate(parts) if len(parts) > 1 else parts[0]
     else:
         host = np.concatenate([((labels[r] == a) | (labels[r] == b)).ravel() for (a, b), r in zip(pairs, regions)])
     masks, start = [], 0
