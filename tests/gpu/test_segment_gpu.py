@@ -108,6 +108,36 @@ def test_device_reinitialise_prior_and_labels_match_numpy(ndim):
     np.testing.assert_array_equal(to_host(stepper.labels(xp.asarray(expected))), _segment._labels(expected, b, np))
 
 
+@pytest.mark.parametrize("plane_kernel, slab_kernel", [(False, True), (True, False), (False, False)])
+def test_device_reinitialise_3d_global_passes_match_numpy(plane_kernel, slab_kernel):
+    """The 3D reinitialisation where a box plane (12 by bx bytes) or a (z, x) slab (8 bz bx)
+    exceeds 48 KiB of shared memory (boxes over 64 wide: radius >= 21 px) takes the global
+    passes (ivote_levelset_edt_x, _edt_pass<3, 1, false>, _edt_pass<3, 0, true>) instead of
+    ivote_levelset_edt_xy / _edt_z_final: each combination against the NumPy reference."""
+    from ivote._backend import default_xp
+    from ivote.segment import _segment
+    from ivote.segment._cuda import CudaStepper
+
+    xp = default_xp()
+    image, _, centers, spacing, radius = synthetic_nuclei((24, 64, 64), spacing=(2.0, 0.5, 0.5), radius=6, seed=4)
+    h = min(spacing)
+    spacing_n = tuple(s / h for s in spacing)
+    seeds = np.concatenate([centers, np.zeros((1, 3))])  # a box that leaves the image
+    normalised = _segment._normalise(xp.asarray(image, dtype=xp.float32), "bright", xp)
+    batch = _segment._build_batch(normalised, seeds, radius / h, spacing_n, dict(_segment.DEFAULT_WEIGHTS), 1.5, xp)
+    phi = to_host(_segment._initial_level_sets(seeds, batch, 0.5 * radius / h, xp))
+    phi = phi + np.random.default_rng(0).normal(scale=0.7, size=phi.shape).astype(np.float32)
+    host_batch = _segment._build_batch(_segment._normalise(np.asarray(image, dtype=np.float32), "bright", np), seeds,
+                                       radius / h, spacing_n, dict(_segment.DEFAULT_WEIGHTS), 1.5, np)
+    clip = max(3.0, 0.25 * radius / h)
+    stepper = CudaStepper(batch, block_length=10)
+    assert stepper._edt_xy is not None and stepper._edt_z is not None  # small boxes: both in shared memory
+    stepper._edt_xy = stepper._edt_xy if plane_kernel else None
+    stepper._edt_z = stepper._edt_z if slab_kernel else None
+    expected = _segment._reinitialise(phi, host_batch, clip, np)
+    np.testing.assert_allclose(to_host(stepper.reinitialise(xp.asarray(phi), clip)), expected, atol=1e-4, rtol=1e-5)
+
+
 def assert_step_variants_agree(image, seeds, spacing, radius, variants, kernel_part):
     """One block of 30 iterations by each CudaStepper variant from the same start: the variants
     whose key starts with ``kernel_part`` use that kernel, and all give the tiled kernel's level
