@@ -329,3 +329,16 @@ def test_hull_bounds_and_union_masks_in_chunks(monkeypatch):
     assert len(pairs) >= 4
     np.testing.assert_array_equal(_merge._device_hull_lower_bounds(truth, pairs, regions), expected)
     assert len(calls) == -(-len(pairs) // 3) and max(calls) <= _merge._BOUND_COLUMNS
+
+
+def test_merge_kernels_index_width_covers_the_grid_stride():
+    """The merge kernels' grid-stride loops in int32 only where the last index plus one stride
+    stays below 2^31: label images of 2^31 - 2^21 voxels (the touching-pairs grid strides 2^24)
+    overflowed with the old threshold (2^31 - 2^20) and need 64-bit indices."""
+    from ivote.segment import _merge
+
+    stride = 256 * _merge._PAIR_BLOCKS
+    assert _merge._int_loop_fits(10**6, stride)
+    assert _merge._int_loop_fits(2**31 - stride, stride)
+    assert not _merge._int_loop_fits(2**31 - stride + 1, stride)
+    assert not _merge._int_loop_fits(2**31 - 2**21, stride)

@@ -38,6 +38,15 @@ def _merge_kernels(index_type: str):
 _MAX_PAIR_BITS = 1 << 31  # the GPU's bitmap of label pairs, n^2 bits, stays below 256 MB
 
 
+_PAIR_BLOCKS = 1 << 16  # blocks of the touching-pairs kernel's grid-stride loop
+
+
+def _int_loop_fits(total: int, stride: int) -> bool:
+    """Whether a grid-stride loop ``for (int c = ...; c < total; c += stride)`` never overflows
+    int32: its last index plus one stride stays below 2^31."""
+    return total + stride <= 2**31
+
+
 def _touching_pairs(labels, n=None) -> np.ndarray:
     """(P, 2) host array of the label pairs (a < b) that touch along an axis, sorted
     (``n``: the largest label, when known). On the GPU one pass sets a bit per pair."""
@@ -47,11 +56,12 @@ def _touching_pairs(labels, n=None) -> np.ndarray:
         return np.zeros((0, 2), dtype=np.int64)
     if xp is not np and labels.dtype == xp.int32 and labels.ndim in (2, 3) and n * n < _MAX_PAIR_BITS:
         shape = (1,) * (3 - labels.ndim) + labels.shape
-        index_type = "int" if labels.size < 2**31 - 2**20 else "long long"
+        blocks = int(min(-(-labels.size // 256), _PAIR_BLOCKS))
+        index_type = "int" if _int_loop_fits(labels.size, blocks * 256) else "long long"
         bitmap = xp.zeros(-(-n * n // 32), dtype=xp.uint32)
         total = np.int32(labels.size) if index_type == "int" else np.int64(labels.size)
         _merge_kernels(index_type)["pairs"](
-            (int(min(-(-labels.size // 256), 1 << 16)),), (256,),
+            (blocks,), (256,),
             (xp.ascontiguousarray(labels), np.int32(shape[0]), np.int32(shape[1]), np.int32(shape[2]), np.int32(n),
              bitmap, total))
         # only the words with a bit set come to the host (a few per object, against n^2 / 8 bytes)
@@ -289,6 +299,7 @@ def _device_hull_lower_bounds(labels, pairs, regions, rounds: int = HULL_BOUND_R
 
 
 _BOUND_COLUMNS = 1 << 25  # columns of one chunk of _device_hull_lower_bounds (512 MB of H, L)
+_BOUND_BLOCKS = 8192  # blocks of the hull-bound kernels' grid-stride loops
 
 
 def _chunks(sizes, budget: int) -> list:
@@ -310,13 +321,13 @@ def _device_hull_lower_bounds_chunk(labels, params, columns, rounds: int) -> np.
     n_pairs = len(params)
     col_start = np.concatenate([[0], np.cumsum(columns, dtype=np.int64)])
     total = int(col_start[-1])
-    if total >= 2**31:  # one pair beyond the kernels' int32 columns: no bound (0 rejects nothing)
+    if not _int_loop_fits(total, _BOUND_BLOCKS * 128):  # one pair past int32 columns: no bound (rejects nothing)
         return np.zeros(n_pairs, dtype=np.int64)
     kernels = _merge_kernels("int")
     params_d, col_start_d = xp.asarray(params), xp.asarray(col_start.astype(np.int32))
     high, low = [xp.empty(total, dtype=xp.float32) for _ in range(2)], [xp.empty(total, dtype=xp.float32) for _ in range(2)]
     counts = xp.zeros(n_pairs, dtype=xp.uint64)
-    grid, block = (max(1, min(-(-total // 128), 8192)),), (128,)
+    grid, block = (max(1, min(-(-total // 128), _BOUND_BLOCKS)),), (128,)
     labels = xp.ascontiguousarray(labels)
     kernels["columns"](grid, block, (labels, np.int32(labels.shape[1]), np.int32(labels.shape[2]), params_d,
                                      col_start_d, np.int32(n_pairs), high[0], low[0], np.int32(total)))
