@@ -31,7 +31,11 @@ def run_and_wait(qtbot, widget):
     return blocker.args[0]
 
 
-def test_labels_layer(qtbot, widget, nuclei_2d):
+def test_labels_layer(qtbot, widget, nuclei_2d, monkeypatch):
+    from ivote import _backend
+
+    freed = []
+    monkeypatch.setattr(_backend, "free_gpu_memory", lambda: freed.append(True))
     viewer, w = widget
     sample, translate = nuclei_2d
     viewer.add_labels(sample.labels, name="truth", scale=sample.spacing, translate=translate)
@@ -47,6 +51,7 @@ def test_labels_layer(qtbot, widget, nuclei_2d):
     assert w.status.text().startswith(f"{expected.count:,} components")
     assert w.table.rowCount() == expected.count
     assert int(w.table.item(0, 1).text()) == expected.sizes[0]
+    assert freed  # GPU memory released after the run
 
 
 def test_image_layer_with_threshold(qtbot, widget, nuclei_2d):

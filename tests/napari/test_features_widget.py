@@ -55,7 +55,11 @@ def test_train_shows_filters_maps_and_detection_input(qtbot, widget_with_image):
     assert [widget.image_combo.itemText(i) for i in range(widget.image_combo.count())] == ["cells"]
 
 
-def test_cancel_stops_training(qtbot, widget_with_image):
+def test_cancel_stops_training(qtbot, widget_with_image, monkeypatch):
+    from ivote import _backend
+
+    freed = []
+    monkeypatch.setattr(_backend, "free_gpu_memory", lambda: freed.append(True))
     viewer, widget, *_ = widget_with_image
     widget.epochs.setValue(1000)
     with qtbot.waitSignal(widget.finished_result, timeout=TIMEOUT_MS) as blocker:
@@ -66,6 +70,7 @@ def test_cancel_stops_training(qtbot, widget_with_image):
     assert widget.status.text() == "cancelled"
     assert not widget.busy
     assert "features: cells maps" not in viewer.layers
+    assert freed  # GPU memory released after a cancelled training too
 
 
 def test_train_without_image_reports(make_napari_viewer):

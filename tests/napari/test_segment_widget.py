@@ -48,7 +48,11 @@ def test_segments_into_a_labels_layer(qtbot, widget, nuclei_2d, to_world):
     assert labels is not None and "nuclei" in w.status.text()
 
 
-def test_cancel(qtbot, widget, nuclei_2d):
+def test_cancel(qtbot, widget, nuclei_2d, monkeypatch):
+    from ivote import _backend
+
+    freed = []
+    monkeypatch.setattr(_backend, "free_gpu_memory", lambda: freed.append(True))
     viewer, w = widget
     sample, _ = nuclei_2d
     viewer.add_image(sample.image, name="cells", scale=sample.spacing)
@@ -62,6 +66,7 @@ def test_cancel(qtbot, widget, nuclei_2d):
     assert w.status.text() == "cancelled"
     assert "labels: cells" not in viewer.layers
     assert w.run_button.isEnabled()
+    assert freed  # GPU memory released after a cancelled run too
 
 
 def test_needs_layers(widget):

@@ -92,7 +92,13 @@ class LabelCountWidget(QWidget):
         function, array, options = job
         self.run_button.setEnabled(False)
         self.status.setText("working…")
-        self._worker = create_worker(function, array, **options, _start_thread=False)
+        def work():
+            try:
+                return function(array, **options)
+            finally:  # the labelling's buffers go back to the GPU
+                _backend.free_gpu_memory()
+
+        self._worker = create_worker(work, _start_thread=False)
         self._worker.returned.connect(lambda result: self._show(layer, result))
         self._worker.errored.connect(lambda exc: self._show_error(str(exc)))
         self._worker.start()

@@ -107,12 +107,16 @@ class FeaturesWidget(QWidget):
             self.progressed.emit(epoch, n_epochs, error)
 
         def work():  # errors come back as values: the Qt event loop must not see them raised
+            result = None
             try:
-                return learn_features(data, progress=progress, **options)
+                result = learn_features(data, progress=progress, **options)
             except _Cancelled:
-                return None
+                pass
             except Exception as exc:
-                return exc
+                result = exc
+            finally:  # the training's spectra go back to the GPU
+                _backend.free_gpu_memory()
+            return result
 
         self._worker = create_worker(work, _start_thread=False)
         self._worker.returned.connect(self._on_returned)

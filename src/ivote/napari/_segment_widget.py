@@ -120,10 +120,14 @@ class SegmentWidget(QWidget):
             self.progressed.emit(iteration, total)
 
         def work():
+            labels = None
             try:
-                return _backend.to_host(segment_nuclei(data, seeds, iter_callback=callback, **kwargs))
+                labels = _backend.to_host(segment_nuclei(data, seeds, iter_callback=callback, **kwargs))
             except _Cancelled:
-                return None
+                pass
+            finally:  # after a cancel too: the run's buffers go back to the GPU
+                _backend.free_gpu_memory()
+            return labels
 
         self._progress = progress(total=total, desc="Segmenting nuclei")
         self.cancel_button.setEnabled(True)
