@@ -273,7 +273,7 @@ def test_candidates_equal_the_greedy_scan(seed):
     n = 40 * ndim
     votes[tuple(rng.integers(0, 36, size=(ndim, n)))] = rng.integers(1, 4, size=n)  # many ties and close pairs
     plan = make_plan(float(rng.uniform(3, 8)), (1.0, 1.0) if ndim == 2 else (2.0, 1.0, 1.0), ndim)
-    coords, values = _candidates(votes, plan, np)
+    coords, values = _candidates(votes, plan)
     expected_coords, expected_values = _greedy_scan(votes, plan)
     assert len(coords) > 5
     assert np.array_equal(coords, expected_coords) and np.array_equal(values, expected_values)

@@ -128,24 +128,22 @@ def _spatial_image(image, channel, xp):
     return image, False
 
 
-def _candidates(votes, plan: VotingPlan, xp):
-    """Local maxima of the vote field at least ``radius`` apart, best first.
+def _candidates(votes, plan: VotingPlan):
+    """Local maxima of the vote field at least ``radius`` apart, best first (NumPy;
+    the GPU finds them inside ``_cuda.detect``).
 
     A local maximum holds the largest vote of the box inscribed in the radius
     (and a positive one). Of maxima closer than the radius, the greedy scan in
     order of score (ties: lower flat index first) keeps the best: a maximum is
     kept unless a better one within the radius was. Returns (M, ndim) int64
-    coordinates and (M,) int64 votes on the host.
+    coordinates and (M,) int64 votes.
     """
-    ndi = ndimage_module(xp)
+    from ._reference import sorted_close_pairs
+
     size = tuple(2 * h + 1 for h in plan.maxima_half_width)
-    largest = ndi.maximum_filter(votes, size=size, mode="constant", cval=0)
-    flat = xp.flatnonzero((votes == largest) & (votes > 0))
+    largest = ndimage_module(np).maximum_filter(votes, size=size, mode="constant", cval=0)
+    flat = np.flatnonzero((votes == largest) & (votes > 0))
     del largest
-    if xp is np:
-        from ._reference import sorted_close_pairs
-    else:
-        from ._cuda import sorted_close_pairs
     return _kept_cells(*sorted_close_pairs(votes, flat, plan), votes.shape)
 
 
@@ -370,5 +368,5 @@ def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     holder = [smoothed]  # run_passes takes the only reference and frees it early
     del smoothed
     votes = run_passes(holder, plan, sign, iter_callback)
-    coords, values = _candidates(votes, plan, np)
+    coords, values = _candidates(votes, plan)
     return votes, coords, values, plan.n_passes
