@@ -176,8 +176,22 @@ def synchronize(xp: ModuleType) -> None:
         xp.cuda.get_current_stream().synchronize()
 
 
+_release_hooks: list = []
+
+
+def on_free_gpu_memory(hook):
+    """Register ``hook()`` to drop GPU buffers a module keeps between calls
+    (e.g. captured detections) whenever :func:`free_gpu_memory` runs."""
+    if hook not in _release_hooks:
+        _release_hooks.append(hook)
+    return hook
+
+
 def free_gpu_memory() -> None:
-    """Return cached blocks of CuPy's memory pools to the driver."""
+    """Drop the buffers modules keep between calls (``on_free_gpu_memory``), then
+    return cached blocks of CuPy's memory pools to the driver."""
+    for hook in list(_release_hooks):
+        hook()
     cupy = _cupy()
     if cupy is None:
         return

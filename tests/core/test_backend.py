@@ -72,3 +72,18 @@ def test_select_xp(monkeypatch):
     if not _backend.cupy_available():
         with pytest.raises(BackendError, match="backend='cupy' was requested"):
             _backend.select_xp("cupy", a)
+
+
+def test_free_gpu_memory_runs_the_release_hooks(monkeypatch):
+    """Modules that keep GPU buffers between calls (the detector's CUDA graphs)
+    register a hook; free_gpu_memory runs each once, with or without a GPU."""
+    from ivote.detect import _cuda
+
+    calls = []
+    monkeypatch.setattr(_backend, "_release_hooks", list(_backend._release_hooks))
+    hook = _backend.on_free_gpu_memory(lambda: calls.append(1))
+    assert _backend.on_free_gpu_memory(hook) is hook  # registered once
+    assert _cuda.release_graphs in _backend._release_hooks
+    _cuda._graphs_seen["key"] = True
+    _backend.free_gpu_memory()
+    assert calls == [1] and not _cuda._graphs_seen

@@ -299,6 +299,9 @@ def test_otsu_threshold_equals_scikit_image():
         assert otsu_threshold(scores) == expected
     assert otsu_threshold(np.full(5, 3.0)) == float("-inf")
     assert otsu_threshold(np.zeros(4)) == float("-inf")
+    mixed = np.array([0.0, -2.0, 1.0, 2.0, 5.0, 40.0])  # non-positive scores are left out
+    assert otsu_threshold(mixed) == float(np.exp(threshold_otsu(np.log(mixed[mixed > 0]))))
+    assert otsu_threshold(np.array([0.0, 3.0, 3.0])) == float("-inf")
 
 
 def test_histogram_of_the_otsu_threshold_equals_numpy():
@@ -314,3 +317,9 @@ def test_histogram_of_the_otsu_threshold_equals_numpy():
         expected, expected_edges = np.histogram(values, bins=256)
         np.testing.assert_array_equal(counts, expected)
         np.testing.assert_array_equal(got_edges, expected_edges)
+    for _ in range(500):  # the edges are np.linspace's, bit for bit, over many ranges
+        low = rng.normal(0, 10) * 10.0 ** rng.integers(-3, 4)
+        high = low + abs(rng.normal(0, 10)) * 10.0 ** rng.integers(-6, 4) + 1e-300
+        values = np.array([low, high, (low + high) / 2])
+        np.testing.assert_array_equal(_histogram_256(values)[1], np.linspace(low, high, 257))
+        np.testing.assert_array_equal(_histogram_256(values, low, high)[1], np.linspace(low, high, 257))

@@ -217,6 +217,80 @@ def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
     for found in (after_quiet, statistics_first):
         np.testing.assert_array_equal(found.candidates, fresh.candidates)
         np.testing.assert_array_equal(found.candidate_scores, fresh.candidate_scores)
+    # the same with the plain path (return_votes: no CUDA graph) overflowing
+    _backend.free_gpu_memory()
+    monkeypatch.setattr(_cuda, "_ONE_TRANSFER_BYTES", 1 << 20)
+    _cuda._last_counts.clear()
+    iterative_voting(quiet, return_votes=True, **kwargs)
+    plain = iterative_voting(busy, return_votes=True, **kwargs)
+    assert not _cuda._graphs
+    np.testing.assert_array_equal(plain.candidates, fresh.candidates)
+    np.testing.assert_array_equal(plain.candidate_scores, fresh.candidate_scores)
+
+
+def _same_detections(a, b):
+    np.testing.assert_array_equal(a.candidates, b.candidates)
+    np.testing.assert_array_equal(a.candidate_scores, b.candidate_scores)
+    np.testing.assert_array_equal(a.points, b.points)
+    assert a.threshold == b.threshold
+
+
+@pytest.mark.parametrize("case, dtype", [("2d", np.float64), ("2d", np.uint8), ("2d_dark", np.float32), ("3d", np.uint16)])
+def test_gpu_repeated_detections_replay_a_graph(case, dtype):
+    """From the second detection of a shape and setting on, the kernels replay
+    from a CUDA graph with its own buffers: other images of that shape (also
+    non-contiguous views and dtypes the kernels read only after a cast) get the
+    cells of the plain path (return_votes), and free_gpu_memory drops the graph."""
+    import cupy as cp
+
+    from ivote.detect import _cuda
+
+    sample, polarity = _sample(case)
+    kwargs = dict(radius=sample.radius, spacing=sample.spacing, polarity=polarity, backend="cupy")
+    rng = np.random.default_rng(5)
+    scale = 1 if dtype in (np.float32, np.float64) else np.iinfo(dtype).max
+    images = [(sample.image * scale).astype(dtype)]
+    images.append(np.ascontiguousarray(images[0][::-1]))  # other cells, same shape
+    images.append((np.clip(sample.image + 0.2 * rng.random(sample.image.shape), 0, 1) * scale).astype(dtype))
+    wide = cp.asarray(np.concatenate([images[1], images[1]], axis=-1))
+    views = [cp.asarray(im) for im in images] + [wide[..., : images[1].shape[-1]]]  # the last: not contiguous
+    _backend.free_gpu_memory()
+    expected = [iterative_voting(v, return_votes=True, **kwargs) for v in views]
+    for round_ in range(3):
+        for view, plain in zip(views, expected):
+            _same_detections(iterative_voting(view, **kwargs), plain)
+    assert len(_cuda._graphs) >= 1
+    _backend.free_gpu_memory()
+    assert not _cuda._graphs
+
+
+def test_gpu_graph_detections_from_threads():
+    """Worker threads detecting on images of one shape share the captured graph
+    (its buffers under a lock): every thread gets its own image's cells."""
+    import threading
+
+    import cupy as cp
+
+    sample, _ = _sample("2d")
+    images = [cp.asarray(np.roll(sample.image, 17 * k, axis=1)) for k in range(4)]
+    kwargs = dict(radius=sample.radius, backend="cupy")
+    expected = [iterative_voting(im, return_votes=True, **kwargs) for im in images]
+    iterative_voting(images[0], **kwargs)  # seen once: the next detection captures
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(6):
+                _same_detections(iterative_voting(images[k], **kwargs), expected[k])
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
 
 
 def test_gpu_first_detection_with_an_odd_maxima_capacity():

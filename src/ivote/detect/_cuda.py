@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backend import BackendError, get_array_module, load_module, to_host
+from .._backend import BackendError, get_array_module, load_module, on_free_gpu_memory, to_host
 from ._cone_tables import ConeTable, check_packable, cone_tables, pack_offsets, unpack_offsets
 from ._plan import VotingPlan, _sum_in_order, make_plan
 
@@ -284,26 +284,40 @@ def _min_max(array, stats, kernels):
     kernels[f"ivote_min_max<{_CTYPES[array.dtype]}>"](grid, (_BLOCK,), (array, np.int64(array.size), stats))
 
 
-def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_BLUR):
+def _blur_steps(sigma, ndim: int, xp) -> list:
+    """(axis, taps on the GPU) of each axis the blur runs along; the identity
+    tap along the last axis when none (the normalisation still runs)."""
+    steps = [(axis, _taps_on_gpu(float(s), xp)) for axis, s in enumerate(sigma or ())]
+    steps = [(axis, taps) for axis, taps in steps if taps is not None]
+    return steps or [(ndim - 1, _taps_on_gpu(None, xp))]
+
+
+def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_BLUR, outputs=None, steps=None,
+                        first: int = 0, last: int | None = None):
     """(source - min) / (max - min) with the statistics on the GPU, then the
     separable Gaussian of sigma (per axis, pixels; None: none), as
     ``cupyx.scipy.ndimage.gaussian_filter(..., mode="reflect")`` computes it.
-    Normalisation is fused into the first axis."""
-    shape = source.shape
-    steps = [(axis, _taps_on_gpu(float(s), xp)) for axis, s in enumerate(sigma or ())]
-    steps = [(axis, taps) for axis, taps in steps if taps is not None]
-    if not steps:
-        steps = [(len(shape) - 1, _taps_on_gpu(None, xp))]
-    size = source.size
-    current, ctype, normalise = source, _CTYPES[source.dtype], True
-    for axis, taps in steps:
-        out = xp.empty(shape, dtype=np.float64)
+    Normalisation is fused into the first axis.
+
+    ``outputs``: two float64 arrays of the image's shape that the axes write in
+    turn (default: new ones); ``steps``: ``_blur_steps(sigma, ...)`` when already
+    looked up; ``first``/``last``: run only these steps (with ``outputs``; a
+    later step reads the output the step before it wrote).
+    """
+    shape = outputs[0].shape if source is None else source.shape
+    steps = _blur_steps(sigma, len(shape), xp) if steps is None else steps
+    size = math.prod(shape)
+    current = source if first == 0 else outputs[(first - 1) % 2]
+    for step in range(first, len(steps) if last is None else last):
+        axis, taps = steps[step]
+        ctype, normalise = (_CTYPES[current.dtype], True) if step == 0 else ("double", False)
+        out = xp.empty(shape, dtype=np.float64) if outputs is None else outputs[step % 2]
         stride = math.prod(shape[axis + 1:])
         kernels[_blur_name(ctype, normalise, fused)](
             _grid(size), (_BLOCK,),
             (current, np.int32(size), np.int32(shape[axis]), np.int32(stride), taps, np.int32(taps.size), stats, out),
         )
-        current, ctype, normalise = out, "double", False
+        current = out
     return current
 
 
@@ -312,8 +326,9 @@ def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_
 # ---------------------------------------------------------------------------
 
 
-def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: str, xp):
-    """Dense uint16 weights (image shape, 0: no voter) and int16 directions (size x ndim)."""
+def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: str, xp, out=None):
+    """Dense uint16 weights (image shape, 0: no voter) and int16 directions (size x ndim),
+    into ``out`` = (weights, directions) when given."""
     Z, Y, X = _dims(smoothed.shape)
     size = smoothed.size
     spacing64 = (1.0,) * (3 - plan.ndim) + plan.spacing
@@ -323,8 +338,9 @@ def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: st
     )
     grid = (min(_grid(size)[0], 2048),)
     kernels["ivote_gradient_max"](grid, (_BLOCK,), (smoothed, *geometry, largest))
-    weights = xp.empty(smoothed.shape, dtype=np.uint16)
-    directions = xp.empty((size, plan.ndim), dtype=np.int16)
+    if out is None:
+        out = (xp.empty(smoothed.shape, dtype=np.uint16), xp.empty((size, plan.ndim), dtype=np.int16))
+    weights, directions = out
     kernels["ivote_voters"](
         (min(_grid(size)[0], 1 << 16),), (_BLOCK,),
         (smoothed, *geometry, largest, np.float64(plan.weight_scale), np.uint32(plan.min_weight), np.float64(sign),
@@ -333,16 +349,20 @@ def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: st
     return weights, directions
 
 
-def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp):
-    """The vote field (uint32, image shape) after the last pass."""
+def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp, buffers=None):
+    """The vote field (uint32, image shape) after the last pass. ``buffers``: the
+    two vote buffers (uint32, image shape), the first zeroed (default: new ones)."""
     shape = weights.shape
     ndim = plan.ndim
     Z, Y, X = _dims(shape)
     size = weights.size
     spacing32 = tuple(np.float32(s) for s in (1.0,) * (3 - ndim) + tuple(plan.spacing32))
     size_arg = np.int32(size) if index == "int" else np.int64(size)
-    votes = xp.zeros(shape, dtype=np.uint32)
-    spare = xp.empty(shape, dtype=np.uint32) if plan.n_passes > 1 else None  # zeroed by each turn step
+    if buffers is None:
+        votes = xp.zeros(shape, dtype=np.uint32)
+        spare = xp.empty(shape, dtype=np.uint32) if plan.n_passes > 1 else None  # zeroed by each turn step
+    else:
+        votes, spare = buffers
     schedule, reach = _schedule(plan, index, xp)
     reach = tuple(map(np.int32, reach))
     for pass_index, ((table, limits, halo), cos_half) in enumerate(zip(schedule, plan.cos_half32)):
@@ -596,20 +616,31 @@ def _from_key(key) -> float:
 
 
 def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None, *, also_finite=None,
-           phase_callback=None) -> GpuDetection:
+           phase_callback=None, reuse: bool = False) -> GpuDetection:
     """Normalise, blur (``sigma`` per axis, pixels; None: no blur), vote and find
     the local maxima and their close pairs, with one synchronisation at the end.
 
     ``also_finite``: another array (e.g. all channels of an RGB image) whose
     NaN/Inf are reported too. ``phase_callback(name)`` is called after each phase
-    is queued (benchmarks record CUDA events there). The caller checks
-    ``extremes`` (NaN/Inf, constant image) before using the rest.
+    is queued (benchmarks record CUDA events there). ``reuse``: the caller does
+    not keep ``votes`` (it is then None) and may detect on images of this shape
+    and settings again: from the second such call on, the kernels are replayed
+    from a CUDA graph (see ``_Graphed``). The caller checks ``extremes`` (NaN/Inf,
+    constant image) before using the rest.
     """
     xp = get_array_module(signal)
     if signal.size >= 2**31:
         raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
     check_packable(plan)  # before any work
     _check_kernels(xp, plan.ndim, "int")
+    key = None
+    if reuse and iter_callback is None and also_finite is None and phase_callback is None and signal.size <= _GRAPH_MAX:
+        key = (tuple(signal.shape), plan.radius, plan.spacing, plan.ndim, float(sign),
+               None if sigma is None else tuple(map(float, sigma)), xp.cuda.Device().id)
+        graphed = _graphed(key, plan, xp)
+        found = None if graphed is None else graphed.detect(signal)
+        if found is not None:
+            return found
     kernels = _module(plan.ndim, "int", xp)
     mark = phase_callback or (lambda name: None)
 
@@ -632,15 +663,23 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     cells.find_maxima(len(maxima), maxima)
     cells.find_pairs(len(pairs), pairs)
     mark("maxima")
+    found = _finish(results, cells, signal.shape, plan, xp, mark)
+    if key is not None:
+        _seen_once(key)
+    return found if not reuse else GpuDetection(None, found.flat, found.values, found.pairs, found.extremes)
 
-    # the one synchronisation: statistics and lists in one copy when small (else the statistics first)
+
+def _finish(results, cells, shape, plan: VotingPlan, xp, mark=lambda name: None) -> GpuDetection:
+    """The one synchronisation: the statistics and the lists in one copy when
+    small (else the statistics first; lists that overflowed are found again)."""
+    stats = results[:_N_SLOTS]
     whole = results.nbytes <= _ONE_TRANSFER_BYTES
     host = _to_pinned_host(results if whole else stats, xp)
     header = host[:_N_SLOTS].copy()
     mark("synchronised")
     if header[_NONFINITE] or header[_RGB + _NONFINITE]:
         empty = np.zeros(0, dtype=np.int64)
-        return GpuDetection(votes, empty, empty, np.zeros((0, 2), np.int64), (float("nan"),))
+        return GpuDetection(cells.votes, empty, empty, np.zeros((0, 2), np.int64), (float("nan"),))
     extremes = (_from_key(~np.uint64(header[_LOW_KEY])), _from_key(header[_HIGH_KEY]))
     if whole and cells.fits(header):
         n_maxima, n_pairs = int(header[_N_MAXIMA]), int(header[_N_PAIRS])
@@ -652,7 +691,130 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     del host
     if len(_last_counts) >= 64:
         _last_counts.clear()
-    _last_counts[(tuple(signal.shape), plan.radius, plan.spacing)] = (len(found[0]), len(found[2]))
+    _last_counts[(tuple(shape), plan.radius, plan.spacing)] = (len(found[0]), len(found[2]))
     flat, values, pair_rows = _order_cells(*found)
     mark("fetched")
-    return GpuDetection(votes, flat, values, pair_rows, extremes)
+    return GpuDetection(cells.votes, flat, values, pair_rows, extremes)
+
+
+# ---------------------------------------------------------------------------
+# Repeated detections: one CUDA graph
+# ---------------------------------------------------------------------------
+
+_GRAPH_MAX = 1 << 22
+"""Images up to this many pixels (2048^2) are replayed from a CUDA graph on
+repeated detections: there, queueing ~20 kernels one by one from Python costs
+as much as running them (a 1024^2 detection is about 1.2 ms of GPU work)."""
+_GRAPHS_KEPT = 4
+_graphs: OrderedDict = OrderedDict()
+_graphs_seen: OrderedDict = OrderedDict()
+_graphs_lock = threading.Lock()
+
+
+def _seen_once(key) -> None:
+    with _graphs_lock:
+        _graphs_seen[key] = True
+        while len(_graphs_seen) > 64:
+            _graphs_seen.popitem(last=False)
+
+
+def _graphed(key, plan: VotingPlan, xp):
+    """The captured detection for ``key``, captured now if a plain detection with
+    this key ran before (so every memoized table is built); else None."""
+    with _graphs_lock:
+        if key in _graphs:
+            _graphs.move_to_end(key)
+            return _graphs[key]
+        if key not in _graphs_seen:
+            return None
+    try:
+        graphed = _Graphed(key, plan, xp)
+    except Exception:  # e.g. a cache evicted by another thread mid-capture: run the plain path
+        with _graphs_lock:
+            _graphs_seen.pop(key, None)
+        return None
+    with _graphs_lock:
+        _graphs[key] = graphed
+        _graphs.move_to_end(key)
+        while len(_graphs) > _GRAPHS_KEPT:
+            _graphs.popitem(last=False)
+    return graphed
+
+
+@on_free_gpu_memory
+def release_graphs() -> None:
+    """Drop the captured detections and the GPU buffers they hold."""
+    with _graphs_lock:
+        _graphs.clear()
+        _graphs_seen.clear()
+
+
+class _Graphed:
+    """Detections of one image shape and setting, replayed from a CUDA graph.
+
+    Every launch argument of a graph is fixed at capture, so the graph owns
+    its buffers: two float64 work arrays (the blur's axes write them in turn;
+    then the two vote buffers live in one and the maxima flags in the other),
+    the voters, and the results (statistics and lists, sized from the last
+    detection). It also holds the memoized tables and taps it reads, which a
+    cache could otherwise free. The kernels that read the image itself (its
+    statistics and the blur's first axis) are launched before the graph, so
+    the image needs no copy: four launches per detection instead of about 20.
+    A detection runs under a lock (napari detects in worker threads). Lists
+    that overflow are found again outside the graph, which is then dropped and
+    captured anew, with larger lists, on the next detection.
+    """
+
+    def __init__(self, key, plan: VotingPlan, xp):
+        shape, _, _, _, sign, sigma, _ = key
+        self.key, self.shape, self.plan, self.xp, self.stale = key, shape, plan, xp, False
+        size = math.prod(shape)
+        self.results, maxima, pairs = _results_buffer(shape, plan, xp)
+        self.work = (xp.empty(shape, dtype=np.float64), xp.empty(shape, dtype=np.float64))
+        voters = (xp.empty(shape, dtype=np.uint16), xp.empty((size, plan.ndim), dtype=np.int16))
+        self.kernels = kernels = _module(plan.ndim, "int", xp)
+        # memoized arrays the kernels read: looked up (built if evicted) outside the capture, and held
+        self.steps = _blur_steps(sigma, plan.ndim, xp)
+        self.held = (_schedule(plan, "int", xp), _ball(plan, xp))
+        self.stats = stats = self.results[:_N_SLOTS]
+        stream = xp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                smoothed = _normalise_and_blur(None, sigma, stats, kernels, xp, outputs=self.work, steps=self.steps,
+                                               first=1)
+                _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp, out=voters)
+                halves = self.work[0].view(np.uint32).reshape(-1)
+                buffers = (halves[:size].reshape(shape), halves[size:].reshape(shape))
+                buffers[0].fill(0)
+                votes = _passes(*voters, plan, "int", None, kernels, xp, buffers=buffers)
+                is_maximum = self.work[1].view(np.uint8).reshape(-1)[:size]
+                is_maximum.fill(0)
+                self.cells = _Cells(votes, plan, stats, kernels, xp, is_maximum=is_maximum)
+                self.cells.find_maxima(len(maxima), maxima)
+                self.cells.find_pairs(len(pairs), pairs)
+            finally:
+                self.graph = stream.end_capture()
+        stream.synchronize()
+        self.voters = voters
+        self.lock = threading.Lock()
+
+    def detect(self, signal) -> GpuDetection | None:
+        """The detection of ``signal``; None if this graph is stale (the caller runs the plain path)."""
+        with self.lock:
+            if self.stale:
+                return None
+            source = _kernel_input(signal, self.xp)
+            self.stats.data.memset_async(0, self.stats.nbytes)
+            _min_max(source, self.stats, self.kernels)
+            _normalise_and_blur(source, None, self.stats, self.kernels, self.xp, outputs=self.work, steps=self.steps,
+                                last=1)
+            self.graph.launch()
+            capacities = (self.cells.capacity, self.cells.pair_capacity)
+            found = _finish(self.results, self.cells, self.shape, self.plan, self.xp)
+            if (self.cells.capacity, self.cells.pair_capacity) != capacities:  # a list overflowed: found again
+                self.stale = True  # the cells now point at other lists; capture anew next time
+                with _graphs_lock:
+                    if _graphs.get(self.key) is self:
+                        del _graphs[self.key]
+        return GpuDetection(None, found.flat, found.values, found.pairs, found.extremes)

@@ -62,18 +62,24 @@ def otsu_threshold(scores) -> float:
     a log scale; ``-inf`` (keep all) when there are fewer than two distinct scores.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    scores = scores[scores > 0]
-    if len(scores) == 0 or scores.min() == scores.max():  # fewer than two distinct scores
+    if len(scores) == 0 or not scores.min() > 0:
+        scores = scores[scores > 0]
+    if len(scores) == 0:
         return float("-inf")
-    return float(np.exp(_threshold_otsu(np.log(scores))))
+    logs = np.log(scores)
+    first, last = logs.min(), logs.max()
+    if not first < last:  # fewer than two distinct scores
+        return float("-inf")
+    return float(np.exp(_threshold_otsu(logs, first, last)))
 
 
-def _threshold_otsu(values) -> float:
+def _threshold_otsu(values, first=None, last=None) -> float:
     """``skimage.filters.threshold_otsu(values)`` (256 bins) for float64 values with
     min < max, equal to it (tested): the same histogram (``np.histogram``'s
     uniform-bin arithmetic) and the same class statistics, without their generic
-    checks, which cost more than the rest of a live detection's host work."""
-    counts, edges = _histogram_256(values)
+    checks, which cost more than the rest of a live detection's host work.
+    ``first``/``last``: the values' minimum and maximum, when known."""
+    counts, edges = _histogram_256(values, first, last)
     counts = counts.astype(np.float32)
     centers = (edges[:-1] + edges[1:]) / 2.0
     weight1 = np.cumsum(counts)
@@ -84,16 +90,23 @@ def _threshold_otsu(values) -> float:
     return centers[np.argmax(variance12)]
 
 
-def _histogram_256(values):
+def _histogram_256(values, first=None, last=None):
     """``np.histogram(values, bins=256)`` for float64 values with min < max, by its
-    own uniform-bin arithmetic (equal to it, tested)."""
-    first, last = values.min(), values.max()
-    edges = np.linspace(first, last, 257)
+    own uniform-bin arithmetic (equal to it, tested); ``first``/``last``: the
+    values' minimum and maximum, when known."""
+    if first is None:
+        first, last = values.min(), values.max()
+    edges = _STEPS_257 * ((last - first) / 256)  # np.linspace(first, last, 257), its operations
+    edges += first
+    edges[-1] = last
     bins = ((values - first) / (last - first) * 256).astype(np.intp)
     bins[bins == 256] -= 1
     bins[values < edges[bins]] -= 1  # within an ulp of an edge, as np.histogram corrects
     bins[(values >= edges[bins + 1]) & (bins != 255)] += 1
     return np.bincount(bins, minlength=256), edges
+
+
+_STEPS_257 = np.arange(257, dtype=np.float64)
 
 
 def _resolve_threshold(threshold, scores) -> float:
@@ -151,8 +164,12 @@ def _kept_cells(flat, values, pairs, shape):
     """(M, ndim) int64 coordinates and (M,) int64 votes of the maxima (best
     first, as ``sorted_close_pairs`` returns them) that the greedy scan keeps."""
     keep = _greedy_keep(len(flat), pairs)
-    coords = np.stack(np.unravel_index(flat[keep], shape), axis=1).astype(np.int64)
-    return coords.reshape(-1, len(shape)), values[keep].astype(np.int64)
+    kept = flat[keep]
+    coords = np.empty((len(kept), len(shape)), dtype=np.int64)
+    for axis in range(len(shape) - 1, 0, -1):  # np.unravel_index, without its tuple and copies
+        kept, coords[:, axis] = np.divmod(kept, shape[axis])
+    coords[:, 0] = kept
+    return coords, values[keep].astype(np.int64)
 
 
 _FEW_PAIRS = 256  # below this, the scan over the pairs beats the vectorised rounds
@@ -311,15 +328,17 @@ def iterative_voting(
 
     detect_on = _detect_on_cpu if xp is np else _detect_on_gpu
     votes, coords, values, n_passes = detect_on(
-        image, signal, plan, sign, blur, spacing, from_rgb, features is not None, iter_callback
+        image, signal, plan, sign, blur, spacing, from_rgb, features is not None, iter_callback, return_votes
     )
     candidates = coords.astype(np.float64)
     candidate_scores = values / float(plan.weight_scale)
     vote_field = votes.astype(np.float32) / np.float32(plan.weight_scale) if return_votes else None
-    result = Detections(
-        points=candidates,
-        scores=candidate_scores,
-        threshold=float("-inf"),
+    value = _resolve_threshold(threshold, candidate_scores)
+    keep = candidate_scores >= value
+    return Detections(
+        points=candidates[keep],
+        scores=candidate_scores[keep],
+        threshold=value,
         candidates=candidates,
         candidate_scores=candidate_scores,
         vote_field=vote_field,
@@ -328,17 +347,18 @@ def iterative_voting(
         radius=radius,
         spacing=spacing,
     )
-    return result.with_threshold(threshold)
 
 
-def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback):
-    """Votes, cell coordinates and votes, and passes run, with one host synchronisation
-    (``_cuda.detect``); NaN/Inf are found from the image's statistics, reported at the end."""
+def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback, keep_votes):
+    """Votes (None unless ``keep_votes``), cell coordinates and votes, and passes run,
+    with one host synchronisation (``_cuda.detect``; repeated detections of one
+    shape and setting replay a CUDA graph); NaN/Inf are found from the image's
+    statistics, reported at the end."""
     from ._cuda import detect
 
     sigma = tuple(blur / s for s in spacing) if not has_features and blur > 0 else None
     rgb = image if not has_features and from_rgb and image.dtype.kind == "f" else None
-    found = detect(signal, plan, sign, sigma, iter_callback, also_finite=rgb)
+    found = detect(signal, plan, sign, sigma, iter_callback, also_finite=rgb, reuse=not keep_votes)
     check_finite_range(found.extremes, name="features" if has_features else "image")
     low, high = found.extremes
     if not high > low:  # constant image: no gradient, no voter, no cell
@@ -347,7 +367,7 @@ def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     return found.votes, coords, values, plan.n_passes
 
 
-def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback):
+def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback, keep_votes):
     """As :func:`_detect_on_gpu`, on NumPy: normalise, blur, vote (``_cpu.run_passes``), cells."""
     # float64 up to the quantised weights: both backends then round alike (see _plan.py)
     smoothed = signal.astype(np.float64, order="C", copy=True)
