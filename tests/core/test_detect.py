@@ -99,9 +99,15 @@ def test_rgb_hematoxylin_and_channel():
 
 
 def test_threshold_options(found2d):
-    none = found2d.with_threshold(None)
-    assert none.threshold == float("-inf") and len(none.points) == len(found2d.candidates)
-    assert len(found2d.with_threshold("none").points) == len(found2d.candidates)
+    every = found2d.with_threshold(None, min_contrast=0)
+    assert every.threshold == float("-inf") and len(every.points) == len(found2d.candidates)
+    assert len(found2d.with_threshold("none", 0.0).points) == len(found2d.candidates)
+    none = found2d.with_threshold(None)  # the contrast test still applies
+    assert none.min_contrast == 3.0
+    assert len(none.points) == np.sum(found2d.candidate_contrasts >= 3.0) < len(found2d.candidates)
+    np.testing.assert_array_equal(none.contrasts, found2d.candidate_contrasts[found2d.candidate_contrasts >= 3.0])
+    with pytest.raises(ValueError, match="min_contrast"):
+        found2d.with_threshold("otsu", min_contrast=-1)
     value = float(np.median(found2d.candidate_scores))
     fixed = found2d.with_threshold(value)
     assert np.all(fixed.scores >= value) and len(fixed.points) == np.sum(found2d.candidate_scores >= value)
@@ -129,7 +135,9 @@ def test_features_array_used_instead_of_image(sample2d, found2d):
         def detection_input(self, image):
             return smoothed
 
-    assert np.array_equal(detect(noise, radius=6, features=Provider()).points, found2d.points)
+    # the noise is measured on what is voted on (here smooth features), so compare without the contrast test
+    every = found2d.with_threshold("otsu", min_contrast=0)
+    assert np.array_equal(detect(noise, radius=6, features=Provider(), min_contrast=0).points, every.points)
     with pytest.raises(ValueError, match="features"):
         detect(sample2d.image, radius=6, features=smoothed[:10])
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ivote.detect import _cuda, _reference
+from ivote.detect._contrast import noise_positions
 from ivote.detect._plan import make_plan
 
 
@@ -38,17 +39,26 @@ def test_cells_in_any_order_sort_as_the_reference(ndim):
     flat = np.flatnonzero(votes)
     pairs = _kernel_pairs(votes, flat, plan)
     shuffled = rng.permutation(len(flat))
-    got = _cuda._order_cells(flat[shuffled], votes.ravel()[flat[shuffled]].astype(np.int64),
-                             pairs[rng.permutation(len(pairs))])
+    numerators = flat * 0.5  # any value that follows its maximum
+    rows = np.stack([flat[shuffled], votes.ravel()[flat[shuffled]]], axis=1).astype(np.uint32)  # as the kernels list
+    got = _cuda._order_cells(rows, pairs[rng.permutation(len(pairs))].astype(np.uint32), numerators[shuffled])
     expected = _reference.sorted_close_pairs(votes, flat, plan)
     assert len(expected[2]) > 50
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(got[3], expected[0] * 0.5)  # the numerators moved with their maxima
 
 
 def test_order_cells_without_pairs():
-    flat, values, pairs = _cuda._order_cells(np.array([5, 2, 9]), np.array([1, 3, 3]), np.zeros((0, 4), np.int64))
-    assert flat.tolist() == [2, 9, 5] and values.tolist() == [3, 3, 1] and pairs.shape == (0, 2)
+    rows = np.array([[5, 1], [2, 3], [9, 3]], dtype=np.uint32)
+    flat, values, pairs, numerators = _cuda._order_cells(rows, np.zeros((0, 4), np.uint32))
+    assert flat.tolist() == [2, 9, 5] and values.tolist() == [3, 3, 1] and pairs.shape == (0, 2) and numerators is None
+    assert flat.dtype == values.dtype == np.int64
+    *_, numerators = _cuda._order_cells(rows, np.zeros((0, 4), np.uint32), np.array([0.5, 0.2, 0.9]))
+    assert numerators.tolist() == [0.2, 0.9, 0.5]
+    big = np.array([[2**32 - 1, 2**32 - 1], [0, 2**32 - 1], [7, 0]], dtype=np.uint32)  # the extremes of both fields
+    flat, values, _, _ = _cuda._order_cells(big, np.zeros((0, 4), np.uint32))
+    assert flat.tolist() == [0, 2**32 - 1, 7] and values.tolist() == [2**32 - 1, 2**32 - 1, 0]
 
 
 def test_statistic_keys_round_trip():
@@ -181,11 +191,14 @@ def test_pairs_list_starts_16_byte_aligned(shape, last, monkeypatch):
     (600 x 600: 5625) on a first detection."""
     plan = make_plan(8.0, (1.0,) * len(shape), len(shape))
     monkeypatch.setattr(_cuda, "_last_counts", {} if last is None else {(shape, plan.radius, plan.spacing): last})
-    results, maxima, pairs = _cuda._results_buffer(shape, plan, np)
+    results, maxima, pairs, numerators, residuals = _cuda._results_buffer(shape, plan, np)
     assert (pairs.ctypes.data - results.ctypes.data) % 16 == 0
     assert (maxima.ctypes.data - results.ctypes.data) % 8 == 0 and maxima.shape[1] == 2 and pairs.shape[1] == 4
     end = results.ctypes.data + results.nbytes
-    assert maxima.ctypes.data + maxima.nbytes == pairs.ctypes.data and pairs.ctypes.data + pairs.nbytes == end
+    assert maxima.ctypes.data + maxima.nbytes == pairs.ctypes.data
+    assert pairs.ctypes.data + pairs.nbytes == numerators.ctypes.data and len(numerators) == len(maxima)
+    assert numerators.ctypes.data + numerators.nbytes == residuals.ctypes.data and residuals.ctypes.data + residuals.nbytes == end
+    assert len(residuals) == len(noise_positions(shape)) > 1500 and numerators.dtype == residuals.dtype == np.float64
     assert np.all(results[: _cuda._N_SLOTS] == 0)
 
 
@@ -294,7 +307,15 @@ def _emulated_cell_kernels(rng):
                     if slot < pair_capacity:
                         pairs[slot] = (q, vq, t, vt)
 
-    return {"ivote_local_maxima": local_maxima, "ivote_close_pairs": close_pairs}
+    def contrast(grid, block, args):
+        from ivote.detect._contrast import contrast_numerators
+
+        s, _, Y, X, _, wy, wx, sign, maxima, n_maxima, capacity, numerators = args
+        for j in range(min(int(n_maxima[0]), int(capacity))):
+            point = np.array([divmod(int(maxima[j, 0]), int(X))])
+            numerators[j] = contrast_numerators(s.astype(np.float32), point, (int(wy), int(wx)), float(sign))[0]
+
+    return {"ivote_local_maxima": local_maxima, "ivote_close_pairs": close_pairs, "ivote_contrast<double>": contrast}
 
 
 @pytest.mark.parametrize("capacity, pair_capacity", [(2, 1), (2, 10**4), (10**4, 3), (10**4, 10**4)])
@@ -309,8 +330,10 @@ def test_overflowing_lists_are_found_again_whole(capacity, pair_capacity, monkey
     plan = make_plan(6.5, (1.0, 1.0), 2)
     monkeypatch.setattr(_cuda, "_ball", lambda plan, xp: pack_offsets(plan.offsets))
     stats = np.zeros(_cuda._N_SLOTS, dtype=np.uint64)
-    cells = _cuda._Cells(votes, plan, stats, _emulated_cell_kernels(rng), np)
+    smoothed = rng.random(votes.shape)
+    cells = _cuda._Cells(votes, plan, stats, _emulated_cell_kernels(rng), np, smoothed=smoothed, sign=-1.0)
     cells.find_maxima(capacity)
+    cells.find_contrast()
     cells.find_pairs(pair_capacity)
     got = _cuda._order_cells(*cells.fetch(stats.copy()))
 
@@ -322,6 +345,10 @@ def test_overflowing_lists_are_found_again_whole(capacity, pair_capacity, monkey
     assert len(expected[0]) > 20 and len(expected[2]) > 10
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+    from ivote.detect._contrast import contrast_numerators  # the contrasts follow the maxima found again
+
+    points = np.stack(np.unravel_index(expected[0], votes.shape), axis=1)
+    np.testing.assert_array_equal(got[3], contrast_numerators(smoothed.astype(np.float32), points, plan.window, -1.0))
 
 
 @pytest.mark.parametrize(

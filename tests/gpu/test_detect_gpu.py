@@ -41,6 +41,18 @@ def assert_same_cells(reference, gpu, spacing):
     assert abs(len(gpu.points) - len(reference.points)) <= max(1, 0.01 * len(reference.points))
 
 
+def assert_same_contrasts(reference, gpu):
+    """Cells at the same place have the same contrast to the noise, bit for bit
+    (the same residuals, sigma and float32 comparisons on both backends)."""
+    ref = {tuple(p): c for p, c in zip(reference.candidates.astype(int).tolist(), reference.candidate_contrasts)}
+    common = [(ref[tuple(p)], c) for p, c in zip(gpu.candidates.astype(int).tolist(), gpu.candidate_contrasts)
+              if tuple(p) in ref]
+    assert len(common) >= 0.99 * len(reference.candidates)
+    expected, got = np.array(common).T
+    np.testing.assert_array_equal(got, expected)
+    assert np.isfinite(expected).all() or np.isinf(expected).all()
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_numpy_and_cupy_agree(case):
     sample, polarity = _sample(case)
@@ -49,6 +61,7 @@ def test_numpy_and_cupy_agree(case):
     gpu = iterative_voting(sample.image, backend="cupy", **kwargs)
     assert gpu.backend == "cupy" and reference.n_passes == gpu.n_passes
     assert_same_cells(reference, gpu, sample.spacing)
+    assert_same_contrasts(reference, gpu)
     # the whole vote field: identical but for rare ties in blur rounding
     same = np.mean(_backend.to_host(gpu.vote_field) == reference.vote_field)
     assert same > 0.999
@@ -187,7 +200,8 @@ def test_gpu_maxima_equal_maximum_filter():
         cells = _cuda._Cells(xp.asarray(votes), plan, stats, _cuda._module(ndim, "int", xp), xp)
         cells.find_maxima(16)  # too small: fetch must retry with room for all
         cells.find_pairs(16)
-        flat, values, _ = cells.fetch(_backend.to_host(stats))
+        rows, _, _ = cells.fetch(_backend.to_host(stats))
+        flat, values = rows[:, 0].astype(np.int64), rows[:, 1]
         np.testing.assert_array_equal(np.sort(flat), expected)
         np.testing.assert_array_equal(values, votes.ravel()[flat])
         assert len(expected) > 16
@@ -231,6 +245,7 @@ def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
 def _same_detections(a, b):
     np.testing.assert_array_equal(a.candidates, b.candidates)
     np.testing.assert_array_equal(a.candidate_scores, b.candidate_scores)
+    np.testing.assert_array_equal(a.candidate_contrasts, b.candidate_contrasts)
     np.testing.assert_array_equal(a.points, b.points)
     assert a.threshold == b.threshold
 
@@ -381,3 +396,23 @@ def test_gpu_volumes_with_indices_near_int32_limits(shape, block_shape, gib):
     assert expected["weights"].any() and expected["votes"].any()
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("shape", [(192, 160), (24, 48, 56)])
+def test_gpu_noise_image_has_no_cells_as_numpy(shape):
+    """A field of pure noise: maxima, but none with a contrast of 3 sigma, on both
+    backends, with the same contrasts; nuclei in the same noise are kept."""
+    rng = np.random.default_rng(8)
+    noise = 0.3 + rng.normal(0.0, 0.05, shape)
+    kwargs = dict(radius=6.0, threshold=None)
+    reference = iterative_voting(noise, backend="numpy", **kwargs)
+    gpu = iterative_voting(noise, backend="cupy", **kwargs)
+    assert len(gpu.candidates) > 20 and len(gpu.points) == len(reference.points) == 0
+    assert_same_contrasts(reference, gpu)
+    sample = synthetic_nuclei(shape, radius=6.0, seed=9)
+    image = sample.image + rng.normal(0.0, 0.05, shape)
+    reference = iterative_voting(image, backend="numpy", radius=6.0)
+    gpu = iterative_voting(image, backend="cupy", radius=6.0)
+    assert_same_contrasts(reference, gpu)
+    np.testing.assert_array_equal(gpu.points, reference.points)
+    assert match_points(gpu.points, sample.centers, tolerance=3.0).f1 >= 0.9

@@ -1,9 +1,10 @@
 """``ivote detect INPUT --radius R [--spacing Z Y X | Y X] [--polarity bright|dark]
-[--threshold otsu|none|VALUE] [--blur B] --out points.csv``.
+[--threshold otsu|none|VALUE] [--min-contrast K] [--blur B] --out points.csv``.
 
 Writes one row per detected cell: pixel coordinates (``z,y,x`` or ``y,x``),
 ``score`` and, when a spacing is known, physical coordinates (``z_um,...``).
-``--threshold none`` writes every local maximum, for precision-recall sweeps.
+``--threshold none`` writes every local maximum, for precision-recall sweeps:
+it also turns the contrast test off unless ``--min-contrast`` is given.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def _cmd_detect(args) -> int:
         if args.spacing:
             raise ValueError(f"--spacing needs {ndim} values for this {ndim}D image (Z Y X or Y X); got {len(spacing)}")
         spacing = None  # the file's metadata does not fit this image: ignore it
+    threshold = _threshold(args.threshold)
+    min_contrast = args.min_contrast
+    if min_contrast is None:
+        min_contrast = 0.0 if threshold == "none" else 3.0
     start = time.perf_counter()
     found = iterative_voting(
         image,
@@ -46,7 +51,8 @@ def _cmd_detect(args) -> int:
         spacing=spacing,
         polarity=args.polarity,
         blur=args.blur,
-        threshold=_threshold(args.threshold),
+        threshold=threshold,
+        min_contrast=min_contrast,
         channel=args.channel,
         features=features,
         backend=args.backend,
@@ -77,6 +83,9 @@ def register(subparsers) -> None:
                         help="bright nuclei on dark (fluorescence) or dark on bright (default: bright); "
                              "RGB H&E input is read as hematoxylin density (nuclei bright) unless --channel is given")
     parser.add_argument("--threshold", default="otsu", help="otsu (default), none, or a score value")
+    parser.add_argument("--min-contrast", type=float, default=None, metavar="K",
+                        help="a cell must stand out from the image noise by K standard deviations "
+                             "(default 3; 0 with --threshold none, which then writes every local maximum)")
     parser.add_argument("--blur", type=float, default=None,
                         help="Gaussian pre-blur sigma in the units of the spacing (default: 2 pixels)")
     parser.add_argument("--channel", type=int, default=None,

@@ -17,6 +17,7 @@ buffer the next pass fills.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, on_free_gpu_memory, to_host
 from ._cone_tables import ConeTable, check_packable, cone_tables, pack_offsets, unpack_offsets
+from ._contrast import noise_positions
 from ._plan import VotingPlan, _sum_in_order, make_plan
 
 __all__ = ["GpuDetection", "detect", "run_passes", "sorted_close_pairs"]
@@ -85,12 +87,15 @@ def _load_functions(ndim: int, index: str):
         f"ivote_vote_tiled<{ndim}, {tile}>", f"ivote_turn_tiled<{ndim}, {tile}>",
         f"ivote_local_maxima<{ndim}>", f"ivote_close_pairs<{ndim}>",
     )
+    contrast = tuple(f"ivote_contrast<{ndim}, {c}>" for c in ("double", "float"))
     common = tuple(f"ivote_min_max<{c}>" for c in _CTYPES.values()) + tuple(
+        f"ivote_noise_samples<{c}>" for c in _CTYPES.values()) + tuple(
         _blur_name(c, True, fused) for c in _CTYPES.values() for fused in (True, False)
     ) + tuple(_blur_name("double", False, fused) for fused in (True, False))
-    module = load_module("ivote", name_expressions=per_variant + common, options=_OPTIONS)
+    module = load_module("ivote", name_expressions=per_variant + contrast + common, options=_OPTIONS)
     functions = {name.split("<")[0]: module.get_function(name) for name in per_variant}
     functions.update({name: module.get_function(name) for name in common})
+    functions.update({f"ivote_contrast<{c}>": module.get_function(name) for c, name in zip(("double", "float"), contrast)})
     return functions
 
 
@@ -292,6 +297,24 @@ def _blur_steps(sigma, ndim: int, xp) -> list:
     return steps or [(ndim - 1, _taps_on_gpu(None, xp))]
 
 
+def _noise_samples(source, stats, residuals, kernels, xp):
+    """Queue the residuals of the noise grid (``_contrast.noise_positions``) into ``residuals``."""
+    if residuals.size == 0:
+        return
+    positions = _noise_positions_on_gpu(tuple(source.shape), xp)
+    shape = source.shape
+    kernels[f"ivote_noise_samples<{_CTYPES[source.dtype]}>"](
+        _grid(positions.size), (_BLOCK,),
+        (source, np.int32(len(shape)), np.int32(shape[-2]), np.int32(shape[-1]), positions, np.int32(positions.size),
+         stats, residuals),
+    )
+
+
+def _noise_positions_on_gpu(shape: tuple, xp):
+    key = ("noise", shape, xp.cuda.Device().id)
+    return _memoized(key, lambda: xp.asarray(noise_positions(shape)), xp)
+
+
 def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_BLUR, outputs=None, steps=None,
                         first: int = 0, last: int | None = None):
     """(source - min) / (max - min) with the statistics on the GPU, then the
@@ -460,10 +483,12 @@ def _check_kernels(xp, ndim: int, index: str) -> None:
 class _Cells:
     """The maxima and close-pair kernels of one vote field, their buffers and capacities."""
 
-    def __init__(self, votes, plan: VotingPlan, stats, kernels, xp, is_maximum=None):
+    def __init__(self, votes, plan: VotingPlan, stats, kernels, xp, is_maximum=None, smoothed=None, sign=1.0):
         self.votes, self.plan, self.stats, self.kernels, self.xp = votes, plan, stats, kernels, xp
         self.dims = tuple(np.int32(n) for n in _dims(votes.shape))
         self.is_maximum = is_maximum
+        self.smoothed, self.sign = smoothed, sign  # the blurred image (float64 or float32): contrasts
+        self.numerators = None
 
     def find_maxima(self, capacity: int, maxima=None):
         """Queue ivote_local_maxima into ``maxima`` ((capacity, 2) uint32; default: new)."""
@@ -477,6 +502,18 @@ class _Cells:
             _grid(self.votes.size), (_BLOCK,),
             (self.votes, *self.dims, *map(np.int32, half), self.is_maximum, self.stats[_N_MAXIMA:], self.maxima,
              np.int32(capacity)),
+        )
+
+    def find_contrast(self, numerators=None):
+        """Queue ivote_contrast into ``numerators`` ((capacity,) float64; default: new)."""
+        xp = self.xp
+        self.numerators = xp.empty(self.capacity, dtype=np.float64) if numerators is None else numerators
+        window = (0,) * (3 - self.plan.ndim) + tuple(self.plan.window)
+        kernel = self.kernels[f"ivote_contrast<{_CTYPES[self.smoothed.dtype]}>"]
+        kernel(
+            (max(1, math.ceil(self.capacity * 32 / _BLOCK)),), (_BLOCK,),
+            (self.smoothed, *self.dims, *map(np.int32, window), np.float32(self.sign), self.maxima,
+             self.stats[_N_MAXIMA:], np.int32(self.capacity), self.numerators),
         )
 
     def find_pairs(self, pair_capacity: int, pairs=None):
@@ -494,42 +531,65 @@ class _Cells:
         return int(header[_N_MAXIMA]) <= self.capacity and int(header[_N_PAIRS]) <= self.pair_capacity
 
     def fetch(self, header):
-        """(flat, votes) of the maxima and the pairs (flat, vote of the better; flat, vote
-        of the worse), on the host; ``header`` is the statistics on the host (the
-        kernels are re-run with more room if a list overflowed)."""
+        """The maxima ((n, 2) uint32 rows: flat, vote), the pairs ((m, 4) uint32
+        rows: flat, vote of the better; flat, vote of the worse) and the maxima's
+        contrast numerators (None without ``smoothed``), on the host; ``header``
+        is the statistics on the host (the kernels are re-run with more room if
+        a list overflowed)."""
         n_maxima, n_pairs = int(header[_N_MAXIMA]), int(header[_N_PAIRS])
         if n_maxima > self.capacity:
             self.stats[_N_MAXIMA:_N_PAIRS + 1] = 0
             self.find_maxima(n_maxima)
+            if self.smoothed is not None:
+                self.find_contrast()
             self.find_pairs(max(self.pair_capacity, 4 * n_maxima))
             n_pairs = int(to_host(self.stats[_N_PAIRS]))
         if n_pairs > self.pair_capacity:
             self.stats[_N_PAIRS] = 0
             self.find_pairs(n_pairs)
-        maxima = to_host(self.maxima[:n_maxima]).astype(np.int64)
-        pairs = to_host(self.pairs[:n_pairs]).astype(np.int64) if n_pairs else np.zeros((0, 4), np.int64)
-        return maxima[:, 0], maxima[:, 1], pairs
+        maxima = to_host(self.maxima[:n_maxima])
+        pairs = to_host(self.pairs[:n_pairs]) if n_pairs else np.zeros((0, 4), np.uint32)
+        numerators = None if self.smoothed is None else to_host(self.numerators[:n_maxima])
+        return maxima, pairs, numerators
 
 
-def _order_keys(flat, values):
-    """One uint64 per maximum, ascending best first: larger vote, then lower flat index."""
-    return ((np.uint64(0xFFFFFFFF) - values.astype(np.uint64)) << np.uint64(32)) | flat.astype(np.uint64)
+_HIGH32 = np.uint64(0xFFFFFFFF_00000000)
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
-def _order_cells(flat, values, pairs):
-    """Maxima sorted best first (ties: lower flat index first), their votes, and
-    the pairs (rows: flat and vote of the better, flat and vote of the worse,
-    in any order) as (better, worse) places in that order, sorted, as
-    ``_reference.sorted_close_pairs`` returns them. One sort of integer keys."""
-    keys = np.sort(_order_keys(flat, values))
-    flat = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    values = (np.uint64(0xFFFFFFFF) - (keys >> np.uint64(32))).astype(np.int64)
+def _order_keys(rows) -> np.ndarray:
+    """One uint64 per (flat, vote) row of a uint32 list (as the kernels write
+    them), ascending best first: (0xFFFFFFFF - vote) << 32 | flat. On a
+    little-endian host a row read as uint64 is vote << 32 | flat, so this is one
+    XOR, without conversions."""
+    rows = np.ascontiguousarray(rows, dtype=np.uint32)
+    if sys.byteorder == "little":
+        return rows.view(np.uint64).reshape(rows.shape[:-1] + (rows.shape[-1] // 2,))[..., 0] ^ _HIGH32
+    wide = rows.astype(np.uint64)
+    return ((_LOW32 - wide[..., 1]) << np.uint64(32)) | wide[..., 0]
+
+
+def _order_cells(maxima, pairs, numerators=None):
+    """The maxima ((n, 2) uint32 rows: flat, vote, in any order) sorted best first
+    (ties: lower flat index first) as int64 flat indices and votes; the pairs
+    ((m, 4) uint32 rows: flat and vote of the better, flat and vote of the
+    worse, in any order) as (better, worse) places in that order, sorted, as
+    ``_reference.sorted_close_pairs`` returns them; and the maxima's contrast
+    numerators in that order (None if None). One sort of integer keys."""
+    keys = _order_keys(maxima)
+    if numerators is not None:
+        order = np.argsort(keys)
+        keys, numerators = keys[order], numerators[order]
+    else:
+        keys = np.sort(keys)
+    flat = (keys & _LOW32).view(np.int64)
+    values = (_LOW32 - (keys >> np.uint64(32))).view(np.int64)
     if len(pairs) == 0:
-        return flat, values, np.zeros((0, 2), dtype=np.int64)
-    better = np.searchsorted(keys, _order_keys(pairs[:, 0], pairs[:, 1]))
-    worse = np.searchsorted(keys, _order_keys(pairs[:, 2], pairs[:, 3]))
-    order = np.argsort(better * len(keys) + worse)
-    return flat, values, np.stack([better[order], worse[order]], axis=1).astype(np.int64)
+        return flat, values, np.zeros((0, 2), dtype=np.int64), numerators
+    pairs = np.ascontiguousarray(pairs, dtype=np.uint32).reshape(-1, 2, 2)  # (better, worse) x (flat, vote)
+    places = np.searchsorted(keys, _order_keys(pairs))
+    order = np.argsort(places[:, 0] * len(keys) + places[:, 1])
+    return flat, values, places[order], numerators
 
 
 def _capacity(size: int) -> int:
@@ -545,19 +605,26 @@ that the statistics and both lists come back in one copy."""
 
 
 def _results_buffer(shape, plan: VotingPlan, xp):
-    """One uint64 buffer: the statistics (zeroed), the maxima list and the pairs
-    list, sized from the last detection of this shape and plan when there was one."""
+    """One uint64 buffer: the statistics (zeroed), the maxima list, the pairs
+    list (sized from the last detection of this shape and plan when there was
+    one), the maxima's contrast numerators and the noise residuals (float64);
+    returns it and those five views."""
     size = math.prod(shape)
     last = _last_counts.get((tuple(shape), plan.radius, plan.spacing))
     capacity, pair_capacity = (
         (max(_MIN_LIST, 2 * last[0]), max(_MIN_LIST, 2 * last[1])) if last else (_capacity(size), 4 * _capacity(size))
     )
     capacity += capacity % 2  # the pairs are read and written as uint4: 16-byte aligned
-    results = xp.empty(_N_SLOTS + capacity + 2 * pair_capacity, dtype=np.uint64)
+    n_samples = len(noise_positions(tuple(shape)))
+    results = xp.empty(_N_SLOTS + 2 * capacity + 2 * pair_capacity + n_samples, dtype=np.uint64)
     results[:_N_SLOTS].fill(0)
     maxima = results[_N_SLOTS:_N_SLOTS + capacity].view(np.uint32).reshape(capacity, 2)
-    pairs = results[_N_SLOTS + capacity:].view(np.uint32).reshape(pair_capacity, 4)
-    return results, maxima, pairs
+    start = _N_SLOTS + capacity
+    pairs = results[start:start + 2 * pair_capacity].view(np.uint32).reshape(pair_capacity, 4)
+    start += 2 * pair_capacity
+    numerators = results[start:start + capacity].view(np.float64)
+    residuals = results[start + capacity:].view(np.float64)
+    return results, maxima, pairs, numerators, residuals
 
 
 def _pinned_bytes(nbytes: int) -> int:
@@ -589,7 +656,7 @@ def sorted_close_pairs(votes, flat, plan: VotingPlan):
     cells.capacity = max(n, 1)
     cells.maxima = xp.ascontiguousarray(xp.stack([flat, votes.ravel()[flat]], axis=1).astype(np.uint32))
     cells.find_pairs(max(64, 4 * n))
-    return _order_cells(*cells.fetch(to_host(stats)))
+    return _order_cells(*cells.fetch(to_host(stats)))[:3]
 
 
 # ---------------------------------------------------------------------------
@@ -607,6 +674,10 @@ class GpuDetection:
     pairs: np.ndarray
     extremes: tuple
     """(min, max) of the image, or (nan,) when it (or ``also_finite``) holds NaN/Inf."""
+    numerators: np.ndarray | None = None
+    """Contrast numerators of the maxima, in the order of ``flat`` (``_contrast``)."""
+    residuals: np.ndarray | None = None
+    """The noise grid's residuals (``_contrast.noise_residuals``)."""
 
 
 def _from_key(key) -> float:
@@ -644,35 +715,43 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     kernels = _module(plan.ndim, "int", xp)
     mark = phase_callback or (lambda name: None)
 
-    results, maxima, pairs = _results_buffer(signal.shape, plan, xp)
+    results, maxima, pairs, numerators, residuals = _results_buffer(signal.shape, plan, xp)
     stats = results[:_N_SLOTS]
     source = _kernel_input(signal, xp)
     _min_max(source, stats, kernels)
     if also_finite is not None:
         _min_max(_kernel_input(also_finite, xp), stats[_RGB:], kernels)
+    _noise_samples(source, stats, residuals, kernels, xp)
     smoothed = _normalise_and_blur(source, sigma, stats, kernels, xp)
     del source
     mark("blur")
     weights, directions = _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp)
-    del smoothed
+    if plan.ndim == 3:  # the contrasts read it in float32: 4 bytes a voxel kept instead of 8
+        smoothed = smoothed.astype(np.float32)
     mark("voters")
     votes = _passes(weights, directions, plan, "int", iter_callback, kernels, xp)
     del weights, directions
     mark("passes")
-    cells = _Cells(votes, plan, stats, kernels, xp)
+    cells = _Cells(votes, plan, stats, kernels, xp, smoothed=smoothed, sign=sign)
+    del smoothed
     cells.find_maxima(len(maxima), maxima)
+    cells.find_contrast(numerators)
     cells.find_pairs(len(pairs), pairs)
     mark("maxima")
     found = _finish(results, cells, signal.shape, plan, xp, mark)
     if key is not None:
         _seen_once(key)
-    return found if not reuse else GpuDetection(None, found.flat, found.values, found.pairs, found.extremes)
+    if reuse:
+        found.votes = None
+    return found
 
 
 def _finish(results, cells, shape, plan: VotingPlan, xp, mark=lambda name: None) -> GpuDetection:
-    """The one synchronisation: the statistics and the lists in one copy when
-    small (else the statistics first; lists that overflowed are found again)."""
+    """The one synchronisation: the statistics, the lists, the contrasts and the
+    noise residuals in one copy when small (else the statistics first; lists
+    that overflowed are found again)."""
     stats = results[:_N_SLOTS]
+    n_samples = len(noise_positions(tuple(shape)))
     whole = results.nbytes <= _ONE_TRANSFER_BYTES
     host = _to_pinned_host(results if whole else stats, xp)
     header = host[:_N_SLOTS].copy()
@@ -681,20 +760,26 @@ def _finish(results, cells, shape, plan: VotingPlan, xp, mark=lambda name: None)
         empty = np.zeros(0, dtype=np.int64)
         return GpuDetection(cells.votes, empty, empty, np.zeros((0, 2), np.int64), (float("nan"),))
     extremes = (_from_key(~np.uint64(header[_LOW_KEY])), _from_key(header[_HIGH_KEY]))
+    tail = results.size - n_samples  # where the residuals start
     if whole and cells.fits(header):
         n_maxima, n_pairs = int(header[_N_MAXIMA]), int(header[_N_PAIRS])
-        found = host[_N_SLOTS:_N_SLOTS + cells.capacity].view(np.uint32).reshape(-1, 2)[:n_maxima].astype(np.int64)
-        listed = host[_N_SLOTS + cells.capacity:].view(np.uint32).reshape(-1, 4)[:n_pairs].astype(np.int64)
-        found = (found[:, 0], found[:, 1], listed)
+        capacity, pair_capacity = cells.capacity, cells.pair_capacity
+        start = _N_SLOTS + capacity + 2 * pair_capacity
+        found = (  # views of the pinned copy: every use below makes new arrays of them
+            host[_N_SLOTS:_N_SLOTS + n_maxima].view(np.uint32).reshape(-1, 2),
+            host[_N_SLOTS + capacity:_N_SLOTS + capacity + 2 * n_pairs].view(np.uint32).reshape(-1, 4),
+            host[start:start + n_maxima].view(np.float64),
+        )
+        residuals = host[tail:].view(np.float64)
     else:
         found = cells.fetch(header)
-    del host
+        residuals = to_host(results[tail:].view(np.float64))
     if len(_last_counts) >= 64:
         _last_counts.clear()
-    _last_counts[(tuple(shape), plan.radius, plan.spacing)] = (len(found[0]), len(found[2]))
-    flat, values, pair_rows = _order_cells(*found)
+    _last_counts[(tuple(shape), plan.radius, plan.spacing)] = (len(found[0]), len(found[1]))
+    flat, values, pair_rows, numerators = _order_cells(*found)
     mark("fetched")
-    return GpuDetection(cells.votes, flat, values, pair_rows, extremes)
+    return GpuDetection(cells.votes, flat, values, pair_rows, extremes, numerators, residuals)
 
 
 # ---------------------------------------------------------------------------
@@ -754,12 +839,13 @@ class _Graphed:
 
     Every launch argument of a graph is fixed at capture, so the graph owns
     its buffers: two float64 work arrays (the blur's axes write them in turn;
-    then the two vote buffers live in one and the maxima flags in the other),
-    the voters, and the results (statistics and lists, sized from the last
-    detection). It also holds the memoized tables and taps it reads, which a
+    the blurred image stays in one for the contrasts, the two vote buffers
+    live in the other), the voters (their weights hold the maxima flags after
+    the passes), and the results (statistics, lists sized from the last
+    detection, contrasts, noise residuals). It also holds the memoized tables and taps it reads, which a
     cache could otherwise free. The kernels that read the image itself (its
     statistics and the blur's first axis) are launched before the graph, so
-    the image needs no copy: four launches per detection instead of about 20.
+    the image needs no copy: five launches per detection instead of about 20.
     A detection runs under a lock (napari detects in worker threads). Lists
     that overflow are found again outside the graph, which is then dropped and
     captured anew, with larger lists, on the next detection.
@@ -769,7 +855,7 @@ class _Graphed:
         shape, _, _, _, sign, sigma, _ = key
         self.key, self.shape, self.plan, self.xp, self.stale = key, shape, plan, xp, False
         size = math.prod(shape)
-        self.results, maxima, pairs = _results_buffer(shape, plan, xp)
+        self.results, maxima, pairs, numerators, self.residuals = _results_buffer(shape, plan, xp)
         self.work = (xp.empty(shape, dtype=np.float64), xp.empty(shape, dtype=np.float64))
         voters = (xp.empty(shape, dtype=np.uint16), xp.empty((size, plan.ndim), dtype=np.int16))
         self.kernels = kernels = _module(plan.ndim, "int", xp)
@@ -784,14 +870,17 @@ class _Graphed:
                 smoothed = _normalise_and_blur(None, sigma, stats, kernels, xp, outputs=self.work, steps=self.steps,
                                                first=1)
                 _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp, out=voters)
-                halves = self.work[0].view(np.uint32).reshape(-1)
+                other = self.work[1] if smoothed is self.work[0] else self.work[0]
+                halves = other.view(np.uint32).reshape(-1)
                 buffers = (halves[:size].reshape(shape), halves[size:].reshape(shape))
                 buffers[0].fill(0)
                 votes = _passes(*voters, plan, "int", None, kernels, xp, buffers=buffers)
-                is_maximum = self.work[1].view(np.uint8).reshape(-1)[:size]
+                is_maximum = voters[0].view(np.uint8).reshape(-1)[:size]  # the weights are read no more
                 is_maximum.fill(0)
-                self.cells = _Cells(votes, plan, stats, kernels, xp, is_maximum=is_maximum)
+                self.cells = _Cells(votes, plan, stats, kernels, xp, is_maximum=is_maximum, smoothed=smoothed,
+                                    sign=sign)
                 self.cells.find_maxima(len(maxima), maxima)
+                self.cells.find_contrast(numerators)
                 self.cells.find_pairs(len(pairs), pairs)
             finally:
                 self.graph = stream.end_capture()
@@ -807,6 +896,7 @@ class _Graphed:
             source = _kernel_input(signal, self.xp)
             self.stats.data.memset_async(0, self.stats.nbytes)
             _min_max(source, self.stats, self.kernels)
+            _noise_samples(source, self.stats, self.residuals, self.kernels, self.xp)
             _normalise_and_blur(source, None, self.stats, self.kernels, self.xp, outputs=self.work, steps=self.steps,
                                 last=1)
             self.graph.launch()
@@ -817,4 +907,5 @@ class _Graphed:
                 with _graphs_lock:
                     if _graphs.get(self.key) is self:
                         del _graphs[self.key]
-        return GpuDetection(None, found.flat, found.values, found.pairs, found.extremes)
+        found.votes = None
+        return found

@@ -10,11 +10,13 @@ import numpy as np
 from .._backend import get_array_module, ndimage_module, select_xp, to_device
 from .._validate import check_finite_range, check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
+from ._contrast import contrast_numerators, contrasts, noise_positions, noise_residuals, noise_sigma
 from ._plan import VotingPlan, make_plan
 
 __all__ = ["Detections", "iterative_voting", "otsu_threshold"]
 
 _DEFAULT_BLUR_PIXELS = 2.0
+_DEFAULT_MIN_CONTRAST = 3.0
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class Detections:
     """
 
     points: np.ndarray
-    """(N, ndim) float64 centres scoring at least ``threshold``, best first."""
+    """(N, ndim) float64 centres scoring at least ``threshold`` and standing out
+    from the noise by at least ``min_contrast``, best first."""
     scores: np.ndarray
     """(N,) float64 vote at each centre, in units of the strongest voter's weight."""
     threshold: float
@@ -34,6 +37,9 @@ class Detections:
     """(M, ndim) every local maximum of the vote field (at least ``radius`` apart), best first."""
     candidate_scores: np.ndarray = field(repr=False)
     """(M,) their scores."""
+    candidate_contrasts: np.ndarray = field(repr=False)
+    """(M,) their contrast to the image noise (``_contrast``; inf for a noiseless image)."""
+    min_contrast: float
     vote_field: object | None = field(repr=False)
     """Final vote field (array of the backend's module, image shape, float32, score units) or None."""
     n_passes: int
@@ -44,14 +50,26 @@ class Detections:
     def __len__(self) -> int:
         return len(self.points)
 
-    def with_threshold(self, threshold) -> "Detections":
+    @property
+    def contrasts(self) -> np.ndarray:
+        """(N,) contrast to the image noise of each point."""
+        return self.candidate_contrasts[self._kept(self.threshold, self.min_contrast)]
+
+    def _kept(self, threshold: float, min_contrast: float) -> np.ndarray:
+        return (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+
+    def with_threshold(self, threshold, min_contrast=None) -> "Detections":
         """The same detections with another threshold (no voting again).
 
-        ``threshold`` is ``"otsu"``, ``None``/``"none"`` or a number.
+        ``threshold`` is ``"otsu"`` (Otsu's on every candidate's score),
+        ``None``/``"none"`` or a number; ``min_contrast`` a number >= 0 (default:
+        the current one).
         """
         value = _resolve_threshold(threshold, self.candidate_scores)
-        keep = self.candidate_scores >= value
-        return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep], threshold=value)
+        low = self.min_contrast if min_contrast is None else check_positive(min_contrast, "min_contrast", allow_zero=True)
+        keep = self._kept(value, low)
+        return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep], threshold=value,
+                       min_contrast=low)
 
 
 def otsu_threshold(scores) -> float:
@@ -163,7 +181,11 @@ def _candidates(votes, plan: VotingPlan):
 def _kept_cells(flat, values, pairs, shape):
     """(M, ndim) int64 coordinates and (M,) int64 votes of the maxima (best
     first, as ``sorted_close_pairs`` returns them) that the greedy scan keeps."""
-    keep = _greedy_keep(len(flat), pairs)
+    return _cells_at(flat, values, _greedy_keep(len(flat), pairs), shape)
+
+
+def _cells_at(flat, values, keep, shape):
+    """(M, ndim) int64 coordinates and (M,) int64 votes of the maxima ``keep`` selects."""
     kept = flat[keep]
     coords = np.empty((len(kept), len(shape)), dtype=np.int64)
     for axis in range(len(shape) - 1, 0, -1):  # np.unravel_index, without its tuple and copies
@@ -214,6 +236,7 @@ def iterative_voting(
     polarity="bright",
     blur=None,
     threshold="otsu",
+    min_contrast=_DEFAULT_MIN_CONTRAST,
     channel=None,
     features=None,
     return_votes=False,
@@ -227,7 +250,8 @@ def iterative_voting(
     pass every voter turns towards the largest vote inside its cone and the cone
     angle halves, from pi/2 until it is under one pixel wide; the votes then
     pile up at the nucleus centres. Cells are the local maxima of the final vote
-    field at least ``radius`` apart, scoring at least ``threshold``.
+    field at least ``radius`` apart, scoring at least ``threshold`` and standing
+    out from the image noise by at least ``min_contrast``.
 
     Parameters
     ----------
@@ -250,6 +274,12 @@ def iterative_voting(
     threshold : 'otsu', 'none', None or float
         Score threshold: Otsu's on the scores of all local maxima (default), none
         (every maximum is returned) or a value.
+    min_contrast : float
+        A cell's blurred intensity must exceed the lowest within ``radius`` of it
+        by this many standard deviations of the image noise (default 3; 0: no
+        test). Scores are relative to the image's strongest edge and Otsu's
+        threshold always splits them, so without this an image of pure noise
+        would still give cells. Applied after ``threshold``, whichever it is.
     channel : int, optional
         For RGB input, detect on this channel instead of the hematoxylin density.
     features : array or object, optional
@@ -313,6 +343,7 @@ def iterative_voting(
     if blur is None:
         blur = _DEFAULT_BLUR_PIXELS * min(spacing)
     blur = check_positive(blur, "blur", allow_zero=True)
+    min_contrast = check_positive(min_contrast, "min_contrast", allow_zero=True)
     _resolve_threshold(threshold, np.zeros(0))  # validate before the work
     if iter_callback is not None and not callable(iter_callback):
         raise TypeError(f"iter_callback must be callable; got {iter_callback!r}")
@@ -327,20 +358,22 @@ def iterative_voting(
         raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
 
     detect_on = _detect_on_cpu if xp is np else _detect_on_gpu
-    votes, coords, values, n_passes = detect_on(
+    votes, coords, values, contrast, n_passes = detect_on(
         image, signal, plan, sign, blur, spacing, from_rgb, features is not None, iter_callback, return_votes
     )
     candidates = coords.astype(np.float64)
     candidate_scores = values / float(plan.weight_scale)
     vote_field = votes.astype(np.float32) / np.float32(plan.weight_scale) if return_votes else None
     value = _resolve_threshold(threshold, candidate_scores)
-    keep = candidate_scores >= value
+    keep = (candidate_scores >= value) & (contrast >= min_contrast)
     return Detections(
         points=candidates[keep],
         scores=candidate_scores[keep],
         threshold=value,
         candidates=candidates,
         candidate_scores=candidate_scores,
+        candidate_contrasts=contrast,
+        min_contrast=min_contrast,
         vote_field=vote_field,
         n_passes=n_passes,
         backend="numpy" if xp is np else "cupy",
@@ -362,9 +395,11 @@ def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     check_finite_range(found.extremes, name="features" if has_features else "image")
     low, high = found.extremes
     if not high > low:  # constant image: no gradient, no voter, no cell
-        return found.votes, np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), 0
-    coords, values = _kept_cells(found.flat, found.values, found.pairs, signal.shape)
-    return found.votes, coords, values, plan.n_passes
+        return found.votes, np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), np.zeros(0), 0
+    keep = _greedy_keep(len(found.flat), found.pairs)
+    coords, values = _cells_at(found.flat, found.values, keep, signal.shape)
+    contrast = contrasts(found.numerators[keep], noise_sigma(found.residuals, plan.ndim))
+    return found.votes, coords, values, contrast, plan.n_passes
 
 
 def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_features, iter_callback, keep_votes):
@@ -377,16 +412,20 @@ def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     check_finite_range([float(v) for v in extremes], name="features" if has_features else "image")
     low, high = float(extremes[0]), float(extremes[1])
     if not high > low:  # constant image: no gradient, no voter, no cell
-        return np.zeros(signal.shape, dtype=np.uint32), np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), 0
+        empty = np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return np.zeros(signal.shape, dtype=np.uint32), *empty, 0
     smoothed -= low
     smoothed /= high - low
+    sigma_noise = noise_sigma(noise_residuals(smoothed, noise_positions(tuple(signal.shape))), plan.ndim)
     if not has_features and blur > 0:
         sigma = tuple(blur / s for s in spacing)
         smoothed = ndimage_module(np).gaussian_filter(smoothed, sigma=sigma, mode="reflect")
     from ._cpu import run_passes  # equal to _reference.run_passes, over the cone tables
 
+    smoothed32 = smoothed.astype(np.float32)  # the contrasts compare in float32, as the kernel
     holder = [smoothed]  # run_passes takes the only reference and frees it early
     del smoothed
     votes = run_passes(holder, plan, sign, iter_callback)
     coords, values = _candidates(votes, plan)
-    return votes, coords, values, plan.n_passes
+    contrast = contrasts(contrast_numerators(smoothed32, coords, plan.window, sign), sigma_noise)
+    return votes, coords, values, contrast, plan.n_passes

@@ -626,6 +626,69 @@ __global__ void ivote_close_pairs(const uint2* __restrict__ maxima, const unsign
     }
 }
 
+// ---------------------------------------------------------------------------
+// Contrast of the cells against the image noise (ivote/detect/_contrast.py)
+// ---------------------------------------------------------------------------
+
+// ivote_noise_samples<T>: at each listed pixel t (positions[0..n), at least one
+// pixel inside every border), the residual of the normalised image from the
+// mean of its 3^ndim box: f(t) - (sum of the box, offsets in C order, added one
+// by one from 0.0) / 3^ndim, the normalisation (f - min) / (max - min) of the
+// blur (0 for a constant image). The NumPy reference adds in the same order.
+template <typename T>
+__global__ void ivote_noise_samples(const T* __restrict__ f, int ndim, int Y, int X,
+                                    const long long* __restrict__ positions, int n,
+                                    const unsigned long long* __restrict__ stats, double* __restrict__ residuals)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double low = ivote_from_key(~stats[0]);
+    const double range = ivote_from_key(stats[1]) - low;
+    const long long t = positions[i];
+    const long long plane = (long long)Y * X;
+    const int rz = ndim == 3 ? 1 : 0;
+    double sum = 0.0;
+    for (int dz = -rz; dz <= rz; ++dz) {
+        for (int dy = -1; dy <= 1; ++dy) {
+            for (int dx = -1; dx <= 1; ++dx) {
+                const double v = (double)f[t + dz * plane + (long long)dy * X + dx];
+                sum = sum + (range > 0.0 ? (v - low) / range : 0.0);
+            }
+        }
+    }
+    const double centre = range > 0.0 ? ((double)f[t] - low) / range : 0.0;
+    residuals[i] = centre - sum / (ndim == 3 ? 27.0 : 9.0);
+}
+
+// ivote_contrast<NDIM, S>: for every listed maximum (maxima[0..min(*n_maxima,
+// capacity))), one warp: the blurred image s (rounded to float, times `sign`:
+// nuclei bright) at the maximum minus its minimum over the box of half-width
+// (wz, wy, wx) around it, clipped to the image (float, exact in any order),
+// as a double. The caller divides by the noise's standard deviation.
+template <int NDIM, typename S>
+__global__ void ivote_contrast(const S* __restrict__ s, int Z, int Y, int X, int wz, int wy, int wx, float sign,
+                               const uint2* __restrict__ maxima, const unsigned long long* __restrict__ n_maxima,
+                               int capacity, double* __restrict__ numerators)
+{
+    const int j = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    const int lane = threadIdx.x & 31;
+    const unsigned long long listed = *n_maxima;
+    if (j >= capacity || (unsigned long long)j >= listed) return;  // whole warps leave together
+    const int t = (int)maxima[j].x;
+    const int x = t % X, y = (t / X) % Y, z = t / (X * Y);
+    const int z0 = max(z - wz, 0), y0 = max(y - wy, 0), x0 = max(x - wx, 0);
+    const int nz = min(z + wz, Z - 1) - z0 + 1, ny = min(y + wy, Y - 1) - y0 + 1, nx = min(x + wx, X - 1) - x0 + 1;
+    const int cells = nz * ny * nx;
+    float lowest = __int_as_float(0x7f800000);  // +inf (NVRTC has no INFINITY)
+    for (int c = lane; c < cells; c += 32) {
+        const int qx = x0 + c % nx, qy = y0 + (c / nx) % ny, qz = z0 + c / (nx * ny);
+        const float v = sign * (float)__ldg(s + ((long long)qz * Y + qy) * X + qx);
+        lowest = fminf(lowest, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) lowest = fminf(lowest, __shfl_xor_sync(0xFFFFFFFFu, lowest, o));
+    if (lane == 0) numerators[j] = (double)(sign * (float)s[t]) - (double)lowest;
+}
+
 #ifdef IVOTE_NVCC_CHECK
 #define IVOTE_INSTANTIATE(NDIM, INDEX)                                                                                 \
     template __global__ void ivote_gradient_max<NDIM, INDEX>(const double*, INDEX, int, int, int, double, double,      \
@@ -672,4 +735,12 @@ template __global__ void ivote_close_pairs<2>(const uint2*, const unsigned long 
 template __global__ void ivote_close_pairs<3>(const uint2*, const unsigned long long*, int, const unsigned char*,
                                               const unsigned int*, int, int, int, const int*, int,
                                               unsigned long long*, uint4*, int);
+template __global__ void ivote_noise_samples<unsigned char>(const unsigned char*, int, int, int, const long long*,
+                                                            int, const unsigned long long*, double*);
+template __global__ void ivote_noise_samples<double>(const double*, int, int, int, const long long*, int,
+                                                     const unsigned long long*, double*);
+template __global__ void ivote_contrast<2, double>(const double*, int, int, int, int, int, int, float, const uint2*,
+                                                   const unsigned long long*, int, double*);
+template __global__ void ivote_contrast<3, float>(const float*, int, int, int, int, int, int, float, const uint2*,
+                                                  const unsigned long long*, int, double*);
 #endif

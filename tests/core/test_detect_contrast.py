@@ -1,0 +1,77 @@
+"""The contrast test of detected cells (ivote.detect._contrast): noise estimate,
+contrast numerators against SciPy, and the behaviour users see."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from ivote.data import synthetic_nuclei
+from ivote.detect import iterative_voting
+from ivote.detect._contrast import (
+    NOISE_SAMPLES,
+    contrast_numerators,
+    contrasts,
+    noise_positions,
+    noise_residuals,
+    noise_sigma,
+)
+from ivote.metrics import match_points
+
+
+@pytest.mark.parametrize("shape", [(300, 400), (40, 64, 72)])
+def test_noise_sigma_of_gaussian_noise(shape):
+    """On white noise plus a smooth background the robust estimate is the noise's sigma (within 6%)."""
+    rng = np.random.default_rng(3)
+    coords = np.indices(shape, dtype=float)
+    background = sum(np.sin(c / 37.0) for c in coords)  # smooth: the box mean removes it
+    image = background + rng.normal(0.0, 0.05, shape)
+    low, high = image.min(), image.max()
+    normalised = (image - low) / (high - low)
+    positions = noise_positions(shape)
+    assert 0.5 * NOISE_SAMPLES <= len(positions) <= 1.5 * NOISE_SAMPLES
+    sigma = noise_sigma(noise_residuals(normalised, positions), len(shape))
+    assert sigma == pytest.approx(0.05 / (high - low), rel=0.06)
+
+
+def test_noise_positions_are_interior_and_residuals_match_scipy():
+    shape = (50, 61)
+    positions = noise_positions(shape)
+    y, x = np.unravel_index(positions, shape)
+    assert y.min() >= 1 and x.min() >= 1 and y.max() <= shape[0] - 2 and x.max() <= shape[1] - 2
+    assert len(np.unique(positions)) == len(positions)
+    image = np.random.default_rng(4).random(shape)
+    expected = (image - ndi.uniform_filter(image, 3, mode="reflect")).ravel()[positions]
+    np.testing.assert_allclose(noise_residuals(image, positions), expected, atol=1e-12)
+    assert len(noise_positions((2, 100))) == 0 and noise_sigma(np.zeros(0), 2) == 0.0
+
+
+def test_contrast_numerators_equal_a_minimum_filter():
+    rng = np.random.default_rng(5)
+    for shape, window in (((60, 70), (5, 7)), ((12, 30, 33), (2, 4, 4))):
+        s = ndi.gaussian_filter(rng.random(shape), 1.5).astype(np.float32)
+        coords = np.stack([rng.integers(0, n, 40) for n in shape], axis=1)
+        coords[0] = 0  # a corner: the box is clipped
+        for sign in (1.0, -1.0):
+            low = ndi.minimum_filter(sign * s, size=tuple(2 * w + 1 for w in window), mode="nearest")
+            expected = (sign * s)[tuple(coords.T)].astype(np.float64) - low[tuple(coords.T)].astype(np.float64)
+            np.testing.assert_array_equal(contrast_numerators(s, coords, window, sign), expected)
+    assert np.all(np.isinf(contrasts(np.array([0.1, 2.0]), 0.0)))
+    np.testing.assert_allclose(contrasts(np.array([0.1, 2.0]), 0.5), [0.2, 4.0])
+
+
+def test_an_image_of_noise_has_no_cells_but_nuclei_in_noise_are_kept():
+    """Otsu's threshold splits any set of scores: without the contrast test a
+    field of pure noise gives cells. With it (default) none; nuclei in noise of
+    the same level are all still found."""
+    rng = np.random.default_rng(6)
+    noise = 0.3 + rng.normal(0.0, 0.05, (160, 160))
+    found = iterative_voting(noise, radius=8, backend="numpy")
+    assert len(found.with_threshold("otsu", min_contrast=0).points) > 20
+    assert len(found.points) == 0 and np.all(found.candidate_contrasts < 3)
+    sample = synthetic_nuclei((160, 160), radius=8, seed=7)
+    image = sample.image + rng.normal(0.0, 0.05, sample.image.shape)
+    nuclei = iterative_voting(image, radius=8, backend="numpy")
+    assert match_points(nuclei.points, sample.centers, tolerance=4).f1 >= 0.95
+    assert np.all(nuclei.contrasts >= 3) and np.median(nuclei.contrasts) > 5
+    with pytest.raises(ValueError, match="min_contrast"):
+        iterative_voting(image, radius=8, min_contrast=-1, backend="numpy")
