@@ -7,7 +7,7 @@ Qt or magicgui.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._backend import BackendError, backend_name, cupy_available
+from ._backend import BackendError, backend_name, cupy_available, free_gpu_memory
 from .components import GraphComponents, Labelling, PointClusters, cluster_points, connected_components, label
 from .data import synthetic_nuclei
 from .detect import Detections, hematoxylin_density, iterative_voting
@@ -32,6 +32,7 @@ __all__ = [
     "cluster_points",
     "connected_components",
     "cupy_available",
+    "free_gpu_memory",
     "hematoxylin_density",
     "iterative_voting",
     "label",
