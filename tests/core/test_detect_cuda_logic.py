@@ -371,3 +371,150 @@ def test_reach_is_the_largest_table_offset(ndim, spacing, radius):
             largest = np.maximum(largest, np.abs(unpack_offsets(table.entries, ndim)).max(axis=0))
     assert tuple(largest) == reach[3 - ndim:]
     assert reach[3 - ndim:] == tuple(np.abs(plan.offsets).max(axis=0, initial=0))
+
+
+# ---------------------------------------------------------------------------
+# The CUDA graph of repeated detections (NumPy and recording kernels stand in)
+# ---------------------------------------------------------------------------
+
+
+class _RecordingKernels(dict):
+    """Any kernel name gives a kernel that records its arguments (and whether a capture was on)."""
+
+    def __init__(self, cuda):
+        super().__init__()
+        self.cuda, self.calls = cuda, []
+
+    def __missing__(self, name):
+        calls, cuda = self.calls, self.cuda
+
+        class Kernel:
+            max_dynamic_shared_size_bytes = 1 << 20
+
+            def __call__(self, grid, block, args, shared_mem=0):
+                calls.append((name, args, cuda.capturing))
+
+        self[name] = kernel = Kernel()
+        return kernel
+
+
+class _GraphCuda(_FakeCuda):
+    def __init__(self):
+        super().__init__()
+        self.capturing = False
+        cuda = self
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def begin_capture(self):
+                cuda.capturing = True
+
+            def end_capture(self):
+                cuda.capturing = False
+                return type("Graph", (), {"launch": lambda self: cuda.log.append("launch")})()
+
+            def synchronize(self):
+                cuda.log.append("synchronize")
+
+        self.Stream = Stream
+
+    def Device(self, device=None):  # noqa: N802 (cupy's name)
+        return type("Device", (), {"id": 0, "attributes": {"MaxSharedMemoryPerBlockOptin": 48 * 1024}})()
+
+    def get_current_stream(self):
+        log, cuda = self.log, self
+
+        class Current(_FakeStream):
+            def synchronize(self):
+                log.append("synchronize during capture" if cuda.capturing else "synchronize")
+
+        return Current(log)
+
+
+class _GraphXp(_FakeXp):
+    def __init__(self):
+        self.cuda = _GraphCuda()
+
+    def asarray(self, array):
+        self.cuda.log.append("asarray during capture" if self.cuda.capturing else "asarray")
+        return np.array(array)  # a copy, as on the GPU
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def _held_arrays(obj, skip, seen=None) -> list:
+    """Every NumPy array reachable from ``obj``'s attributes, tuples, lists and dicts (not through ``skip``)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, skip):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        children = obj
+    elif isinstance(obj, dict):
+        children = obj.values()
+    elif hasattr(obj, "__dict__"):
+        children = vars(obj).values()
+    else:
+        return []
+    return [array for child in children for array in _held_arrays(child, skip, seen)]
+
+
+@pytest.mark.parametrize("shape, sigma", [((64, 80), (2.0, 2.0)), ((64, 80), None), ((12, 40, 44), (1.0, 2.0, 2.0))])
+def test_graph_reads_only_arrays_it_holds(shape, sigma, monkeypatch):
+    """Every array a captured kernel reads (and the launches before the graph read)
+    must be held by the _Graphed, however the caches change meanwhile: here each
+    cache lookup during the capture or a detection returns a new object, as when
+    another thread evicted and rebuilt the entry. The capture must also do no
+    lookup at all (a rebuild there would allocate and synchronise)."""
+    from collections import OrderedDict
+
+    xp = _GraphXp()
+    plan = make_plan(6.0, (1.0,) * len(shape), len(shape))
+    kernels = _RecordingKernels(xp.cuda)
+    monkeypatch.setattr(_cuda, "_functions", {(plan.ndim, "int", 0): kernels})
+    monkeypatch.setattr(_cuda, "_cache", OrderedDict())
+    monkeypatch.setattr(_cuda, "_taps", {})
+    monkeypatch.setattr(_cuda, "_halos", {})
+    monkeypatch.setattr(_cuda, "_shared_limits", {})
+    monkeypatch.setattr(_cuda, "_last_counts", {})
+    monkeypatch.setattr(_cuda, "_to_pinned_host", lambda array, xp: array.copy())
+    rebuilt = [False]
+    memoized = _cuda._memoized
+    monkeypatch.setattr(_cuda, "_memoized", lambda key, build, xp: build() if rebuilt[0] else memoized(key, build, xp))
+    original_init = _cuda._Graphed.__init__
+
+    def init(self, *args):
+        original_capture = xp.cuda.Stream.begin_capture
+
+        def begin_capture(stream):
+            rebuilt[0] = True  # from here on, every lookup gives a new object
+            original_capture(stream)
+
+        monkeypatch.setattr(xp.cuda.Stream, "begin_capture", begin_capture)
+        original_init(self, *args)
+
+    monkeypatch.setattr(_cuda._Graphed, "__init__", init)
+    key = (shape, plan.radius, plan.spacing, plan.ndim, 1.0, sigma, 0)
+    graphed = _cuda._Graphed(key, plan, xp)
+    assert not [entry for entry in xp.cuda.log if "during capture" in entry]
+    image = np.random.default_rng(1).random(shape)
+    graphed.detect(image)
+    assert "launch" in xp.cuda.log
+    held = _held_arrays(graphed, skip=(_RecordingKernels, _GraphXp))
+    captured = [call for call in kernels.calls if call[2]]
+    assert {name for name, *_ in captured} >= {"ivote_voters", "ivote_local_maxima", "ivote_close_pairs"}
+    for name, args, _ in kernels.calls:
+        for arg in args:
+            if isinstance(arg, np.ndarray) and arg.ndim and arg is not image and not np.shares_memory(arg, image):
+                assert any(np.may_share_memory(arg, array) for array in held), f"{name} reads an array the graph does not hold"

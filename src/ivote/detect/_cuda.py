@@ -297,11 +297,12 @@ def _blur_steps(sigma, ndim: int, xp) -> list:
     return steps or [(ndim - 1, _taps_on_gpu(None, xp))]
 
 
-def _noise_samples(source, stats, residuals, kernels, xp):
-    """Queue the residuals of the noise grid (``_contrast.noise_positions``) into ``residuals``."""
+def _noise_samples(source, stats, residuals, kernels, xp, positions=None):
+    """Queue the residuals of the noise grid (``_contrast.noise_positions``; ``positions``:
+    that grid on the GPU, when already looked up) into ``residuals``."""
     if residuals.size == 0:
         return
-    positions = _noise_positions_on_gpu(tuple(source.shape), xp)
+    positions = _noise_positions_on_gpu(tuple(source.shape), xp) if positions is None else positions
     shape = source.shape
     kernels[f"ivote_noise_samples<{_CTYPES[source.dtype]}>"](
         _grid(positions.size), (_BLOCK,),
@@ -372,9 +373,11 @@ def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: st
     return weights, directions
 
 
-def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp, buffers=None):
+def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp, buffers=None,
+            schedule=None):
     """The vote field (uint32, image shape) after the last pass. ``buffers``: the
-    two vote buffers (uint32, image shape), the first zeroed (default: new ones)."""
+    two vote buffers (uint32, image shape), the first zeroed (default: new ones);
+    ``schedule``: ``_schedule(plan, index, xp)`` when already looked up."""
     shape = weights.shape
     ndim = plan.ndim
     Z, Y, X = _dims(shape)
@@ -386,7 +389,7 @@ def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, ke
         spare = xp.empty(shape, dtype=np.uint32) if plan.n_passes > 1 else None  # zeroed by each turn step
     else:
         votes, spare = buffers
-    schedule, reach = _schedule(plan, index, xp)
+    schedule, reach = _schedule(plan, index, xp) if schedule is None else schedule
     reach = tuple(map(np.int32, reach))
     for pass_index, ((table, limits, halo), cos_half) in enumerate(zip(schedule, plan.cos_half32)):
         last = pass_index == plan.n_passes - 1
@@ -483,8 +486,10 @@ def _check_kernels(xp, ndim: int, index: str) -> None:
 class _Cells:
     """The maxima and close-pair kernels of one vote field, their buffers and capacities."""
 
-    def __init__(self, votes, plan: VotingPlan, stats, kernels, xp, is_maximum=None, smoothed=None, sign=1.0):
+    def __init__(self, votes, plan: VotingPlan, stats, kernels, xp, is_maximum=None, smoothed=None, sign=1.0,
+                 offsets=None):
         self.votes, self.plan, self.stats, self.kernels, self.xp = votes, plan, stats, kernels, xp
+        self.offsets = offsets  # the disc/ball (``_ball``), when already looked up
         self.dims = tuple(np.int32(n) for n in _dims(votes.shape))
         self.is_maximum = is_maximum
         self.smoothed, self.sign = smoothed, sign  # the blurred image (float64 or float32): contrasts
@@ -520,7 +525,7 @@ class _Cells:
         """Queue ivote_close_pairs into ``pairs`` ((pair_capacity, 4) uint32; default: new)."""
         self.pair_capacity = pair_capacity
         self.pairs = self.xp.empty((pair_capacity, 4), dtype=np.uint32) if pairs is None else pairs
-        offsets = _ball(self.plan, self.xp)
+        offsets = _ball(self.plan, self.xp) if self.offsets is None else self.offsets
         self.kernels["ivote_close_pairs"](
             _grid(self.capacity), (_BLOCK,),
             (self.maxima, self.stats[_N_MAXIMA:], np.int32(self.capacity), self.is_maximum, self.votes, *self.dims,
@@ -842,10 +847,15 @@ class _Graphed:
     the blurred image stays in one for the contrasts, the two vote buffers
     live in the other), the voters (their weights hold the maxima flags after
     the passes), and the results (statistics, lists sized from the last
-    detection, contrasts, noise residuals). It also holds the memoized tables and taps it reads, which a
-    cache could otherwise free. The kernels that read the image itself (its
-    statistics and the blur's first axis) are launched before the graph, so
-    the image needs no copy: five launches per detection instead of about 20.
+    detection, contrasts, noise residuals). It also holds the memoized tables,
+    disc offsets, taps and noise grid it reads, looked up once before the
+    capture, which passes them on: a lookup during the capture could return
+    another object (evicted and rebuilt by another thread since), which the
+    graph would read after a cache frees it, or build one there (an allocation
+    and a synchronisation, which the capture forbids). The kernels that read
+    the image itself (its statistics, noise grid and the blur's first axis)
+    are launched before the graph, so the image needs no copy: five launches
+    per detection instead of about 20.
     A detection runs under a lock (napari detects in worker threads). Lists
     that overflow are found again outside the graph, which is then dropped and
     captured anew, with larger lists, on the next detection.
@@ -859,9 +869,11 @@ class _Graphed:
         self.work = (xp.empty(shape, dtype=np.float64), xp.empty(shape, dtype=np.float64))
         voters = (xp.empty(shape, dtype=np.uint16), xp.empty((size, plan.ndim), dtype=np.int16))
         self.kernels = kernels = _module(plan.ndim, "int", xp)
-        # memoized arrays the kernels read: looked up (built if evicted) outside the capture, and held
+        # memoized arrays the kernels read: looked up (built if evicted) outside the capture, held, and
+        # passed to it (no lookup inside)
         self.steps = _blur_steps(sigma, plan.ndim, xp)
-        self.held = (_schedule(plan, "int", xp), _ball(plan, xp))
+        self.schedule, self.offsets = _schedule(plan, "int", xp), _ball(plan, xp)
+        self.noise_positions = _noise_positions_on_gpu(tuple(shape), xp)
         self.stats = stats = self.results[:_N_SLOTS]
         stream = xp.cuda.Stream(non_blocking=True)
         with stream:
@@ -874,11 +886,11 @@ class _Graphed:
                 halves = other.view(np.uint32).reshape(-1)
                 buffers = (halves[:size].reshape(shape), halves[size:].reshape(shape))
                 buffers[0].fill(0)
-                votes = _passes(*voters, plan, "int", None, kernels, xp, buffers=buffers)
+                votes = _passes(*voters, plan, "int", None, kernels, xp, buffers=buffers, schedule=self.schedule)
                 is_maximum = voters[0].view(np.uint8).reshape(-1)[:size]  # the weights are read no more
                 is_maximum.fill(0)
                 self.cells = _Cells(votes, plan, stats, kernels, xp, is_maximum=is_maximum, smoothed=smoothed,
-                                    sign=sign)
+                                    sign=sign, offsets=self.offsets)
                 self.cells.find_maxima(len(maxima), maxima)
                 self.cells.find_contrast(numerators)
                 self.cells.find_pairs(len(pairs), pairs)
@@ -894,9 +906,9 @@ class _Graphed:
             if self.stale:
                 return None
             source = _kernel_input(signal, self.xp)
-            self.stats.data.memset_async(0, self.stats.nbytes)
+            self.stats.fill(0)  # a memset on the current stream
             _min_max(source, self.stats, self.kernels)
-            _noise_samples(source, self.stats, self.residuals, self.kernels, self.xp)
+            _noise_samples(source, self.stats, self.residuals, self.kernels, self.xp, self.noise_positions)
             _normalise_and_blur(source, None, self.stats, self.kernels, self.xp, outputs=self.work, steps=self.steps,
                                 last=1)
             self.graph.launch()
