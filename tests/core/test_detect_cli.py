@@ -79,3 +79,27 @@ def test_detect_with_learned_features(sample_tif, tmp_path):
     assert match_points(table.points, sample.centers, tolerance=3).f1 >= 0.8
     assert main(["detect", str(path), "--radius", "6", "--features", str(tmp_path / "missing.npz"),
                  "--out", str(out)]) == 2
+
+
+def test_detect_threshold_none_writes_every_maximum(tmp_path):
+    """``--threshold none`` is for precision-recall sweeps: every local maximum is
+    written (the contrast test off) unless ``--min-contrast`` is given; other
+    thresholds keep the default contrast test (3)."""
+    from ivote.detect import iterative_voting
+
+    rng = np.random.default_rng(6)
+    image = (0.3 + rng.normal(0.0, 0.05, (96, 96))).astype(np.float32)  # noise: maxima of low contrast
+    path = tmp_path / "noise.tif"
+    tifffile.imwrite(path, image)
+    found = iterative_voting(image, radius=6, threshold=None, min_contrast=0, backend="numpy")
+    assert len(found.candidates) > 10 and np.sum(found.candidate_contrasts >= 3) < len(found.candidates)
+
+    def written(*args):
+        out = tmp_path / "points.csv"
+        assert main(["detect", str(path), "--radius", "6", *args, "--backend", "numpy", "--out", str(out)]) == 0
+        return read_points_csv(out).points
+
+    np.testing.assert_array_equal(written("--threshold", "none"), found.candidates)
+    np.testing.assert_array_equal(written("--threshold", "None", "--min-contrast", "3"),
+                                  found.with_threshold(None, min_contrast=3).points)
+    np.testing.assert_array_equal(written("--threshold", "0"), found.with_threshold(0.0, min_contrast=3).points)
