@@ -416,3 +416,31 @@ def test_gpu_noise_image_has_no_cells_as_numpy(shape):
     assert_same_contrasts(reference, gpu)
     np.testing.assert_array_equal(gpu.points, reference.points)
     assert match_points(gpu.points, sample.centers, tolerance=3.0).f1 >= 0.9
+
+
+def test_gpu_graph_survives_emptied_caches():
+    """A captured graph reads only arrays it holds: emptying the caches of cone
+    tables, disc offsets, taps and noise grids, and handing their memory to new
+    arrays, changes no cell of the next replays."""
+    import cupy as cp
+
+    from ivote.detect import _cuda
+
+    sample, _ = _sample("2d")
+    image = cp.asarray(sample.image)
+    kwargs = dict(radius=sample.radius, spacing=sample.spacing, backend="cupy")
+    _backend.free_gpu_memory()
+    expected = iterative_voting(image, return_votes=True, **kwargs)
+    iterative_voting(image, **kwargs)  # seen once
+    _same_detections(iterative_voting(image, **kwargs), expected)  # captured and replayed
+    assert len(_cuda._graphs) == 1
+    with _cuda._cache_lock:
+        _cuda._cache.clear()
+    _cuda._taps.clear()
+    cp.get_default_memory_pool().free_all_blocks()
+    junk = cp.full(2**24, cp.nan)  # takes freed device memory
+    for _ in range(2):
+        _same_detections(iterative_voting(image, **kwargs), expected)
+    assert len(_cuda._graphs) == 1
+    del junk
+    _backend.free_gpu_memory()
