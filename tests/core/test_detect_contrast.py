@@ -75,3 +75,22 @@ def test_an_image_of_noise_has_no_cells_but_nuclei_in_noise_are_kept():
     assert np.all(nuclei.contrasts >= 3) and np.median(nuclei.contrasts) > 5
     with pytest.raises(ValueError, match="min_contrast"):
         iterative_voting(image, radius=8, min_contrast=-1, backend="numpy")
+
+
+def test_quantised_flat_background_keeps_a_noise_floor():
+    """A uint8 image whose background is one grey level has residuals of 0 on
+    most of the grid (MAD 0): sigma is then the rounding noise of one grey
+    level, not 0, so contrasts stay finite and the test stays on."""
+    from ivote.detect._contrast import grey_step
+
+    assert grey_step(np.uint8, 0.0, 255.0) == 1 / 255 and grey_step(np.float32, 0.0, 255.0) == 0.0
+    assert grey_step(np.uint16, 3.0, 3.0) == 0.0
+    assert noise_sigma(np.zeros(100), 2, step=0.1) == pytest.approx(0.1 / np.sqrt(12))
+    assert noise_sigma(np.zeros(0), 3, step=0.1) == pytest.approx(0.1 / np.sqrt(12))
+    assert noise_sigma(np.zeros(100), 2) == 0.0
+    sample = synthetic_nuclei((160, 160), radius=8, seed=10)
+    image = np.round(20 + 200 * np.clip(sample.image, 0, 1)).astype(np.uint8)
+    image[sample.labels == 0] = 20  # a background of one grey level
+    found = iterative_voting(image, radius=8, backend="numpy")
+    assert np.isfinite(found.candidate_contrasts).all() and len(found.points) > 30
+    np.testing.assert_array_equal(found.points, found.with_threshold("otsu", min_contrast=0).points)  # none lost

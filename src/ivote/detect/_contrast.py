@@ -11,12 +11,13 @@ where s is the normalised, blurred image the detector votes on (nuclei bright)
 and sigma the noise's standard deviation in the normalised image, estimated
 robustly from the residuals of a 3^ndim box mean: 1.4826 x their median
 absolute deviation (a lower median), rescaled for the box's own share of the
-noise (sqrt(1 - 1/3^ndim)). Residuals come from a fixed grid of about
+noise (sqrt(1 - 1/3^ndim)), and for integer images at least the rounding noise
+of one grey level (step / sqrt(12)). Residuals come from a fixed grid of about
 ``NOISE_SAMPLES`` interior pixels, the same on both backends, so both find the
 same sigma; s is compared in float32 on both. On the evaluation data no
 correctly detected nucleus has a contrast below 4; noise maxima of empty
-images have about 1 (benchmarks/results/detect_accuracy.md). A noiseless image
-(sigma 0) gives every cell an infinite contrast.
+images have about 1 (benchmarks/results/detect_accuracy.md). A noiseless float
+image (sigma 0) gives every cell an infinite contrast.
 
 Functions here are the NumPy reference; the CUDA kernels are
 ``ivote_noise_samples`` and ``ivote_contrast`` in ``kernels/ivote.cu``.
@@ -30,7 +31,9 @@ import math
 
 import numpy as np
 
-__all__ = ["NOISE_SAMPLES", "contrast_numerators", "contrasts", "noise_positions", "noise_residuals", "noise_sigma"]
+__all__ = [
+    "NOISE_SAMPLES", "contrast_numerators", "contrasts", "grey_step", "noise_positions", "noise_residuals", "noise_sigma",
+]
 
 NOISE_SAMPLES = 2048
 _MAD_TO_SIGMA = 1.4826
@@ -67,12 +70,22 @@ def _lower_median(values: np.ndarray) -> float:
     return float(np.partition(values, k)[k])
 
 
-def noise_sigma(residuals: np.ndarray, ndim: int) -> float:
-    """Robust standard deviation of the noise from box-mean residuals (0 with none)."""
+def noise_sigma(residuals: np.ndarray, ndim: int, step: float = 0.0) -> float:
+    """Robust standard deviation of the noise from box-mean residuals, at least
+    the rounding noise of grey levels ``step`` apart (step / sqrt(12); 0 for
+    float images): a flat, quantised background (more than half the residuals
+    exactly 0) has no measurable noise, but its grey levels still only resolve
+    contrasts of about one step."""
+    floor = step / math.sqrt(12.0)
     if len(residuals) == 0:
-        return 0.0
+        return floor
     mad = _lower_median(np.abs(residuals - _lower_median(residuals)))
-    return _MAD_TO_SIGMA * mad / math.sqrt(1.0 - 1.0 / 3**ndim)
+    return max(_MAD_TO_SIGMA * mad / math.sqrt(1.0 - 1.0 / 3**ndim), floor)
+
+
+def grey_step(dtype, low: float, high: float) -> float:
+    """One grey level of an integer image normalised from [low, high] to [0, 1]; 0 for floats."""
+    return 1.0 / (high - low) if np.dtype(dtype).kind in "biu" and high > low else 0.0
 
 
 def contrast_numerators(smoothed32: np.ndarray, coords: np.ndarray, window: tuple, sign: float) -> np.ndarray:

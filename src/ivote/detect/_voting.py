@@ -10,7 +10,7 @@ import numpy as np
 from .._backend import get_array_module, ndimage_module, select_xp, to_device
 from .._validate import check_finite_range, check_image, check_positive, check_spacing
 from ._colour import hematoxylin_density
-from ._contrast import contrast_numerators, contrasts, noise_positions, noise_residuals, noise_sigma
+from ._contrast import contrast_numerators, contrasts, grey_step, noise_positions, noise_residuals, noise_sigma
 from ._plan import VotingPlan, make_plan
 
 __all__ = ["Detections", "iterative_voting", "otsu_threshold"]
@@ -398,7 +398,8 @@ def _detect_on_gpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
         return found.votes, np.zeros((0, plan.ndim), np.int64), np.zeros(0, np.int64), np.zeros(0), 0
     keep = _greedy_keep(len(found.flat), found.pairs)
     coords, values = _cells_at(found.flat, found.values, keep, signal.shape)
-    contrast = contrasts(found.numerators[keep], noise_sigma(found.residuals, plan.ndim))
+    sigma_noise = noise_sigma(found.residuals, plan.ndim, grey_step(signal.dtype, low, high))
+    contrast = contrasts(found.numerators[keep], sigma_noise)
     return found.votes, coords, values, contrast, plan.n_passes
 
 
@@ -416,7 +417,8 @@ def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
         return np.zeros(signal.shape, dtype=np.uint32), *empty, 0
     smoothed -= low
     smoothed /= high - low
-    sigma_noise = noise_sigma(noise_residuals(smoothed, noise_positions(tuple(signal.shape))), plan.ndim)
+    residuals = noise_residuals(smoothed, noise_positions(tuple(signal.shape)))
+    sigma_noise = noise_sigma(residuals, plan.ndim, grey_step(signal.dtype, low, high))
     if not has_features and blur > 0:
         sigma = tuple(blur / s for s in spacing)
         smoothed = ndimage_module(np).gaussian_filter(smoothed, sigma=sigma, mode="reflect")
