@@ -527,7 +527,7 @@ class _Cells:
         self.pairs = self.xp.empty((pair_capacity, 4), dtype=np.uint32) if pairs is None else pairs
         offsets = _ball(self.plan, self.xp) if self.offsets is None else self.offsets
         self.kernels["ivote_close_pairs"](
-            _grid(self.capacity), (_BLOCK,),
+            (max(1, math.ceil(self.capacity * 32 / _BLOCK)),), (_BLOCK,),  # one warp per maximum
             (self.maxima, self.stats[_N_MAXIMA:], np.int32(self.capacity), self.is_maximum, self.votes, *self.dims,
              offsets, np.int32(offsets.size), self.stats[_N_PAIRS:], self.pairs, np.int32(pair_capacity)),
         )
