@@ -14,9 +14,10 @@ absolute deviation (a lower median), rescaled for the box's own share of the
 noise (sqrt(1 - 1/3^ndim)), and for integer images at least the rounding noise
 of one grey level (step / sqrt(12)). Residuals come from a fixed grid of about
 ``NOISE_SAMPLES`` interior pixels, the same on both backends, so both find the
-same sigma; s is compared in float32 on both. On the evaluation data no
-correctly detected nucleus has a contrast below 4; noise maxima of empty
-images have about 1 (benchmarks/results/detect_accuracy.md). A noiseless float
+same sigma; s is compared in float32 on both. On the evaluation data the
+correctly detected nuclei's contrasts have a 1st percentile of at least 4 on
+every dataset, while the maxima of empty images score about 1
+(benchmarks/results/detect_accuracy.md). A noiseless float
 image (sigma 0) gives every cell an infinite contrast.
 
 Functions here are the NumPy reference; the CUDA kernels are
