@@ -475,7 +475,37 @@ def _check_kernels(xp, ndim: int, index: str) -> None:
             f"this GPU/driver ({int(got.sum())} vs {int(expected.sum())} votes); use backend='numpy' "
             "(IVOTE_BACKEND=numpy) and report the GPU, driver and CuPy versions"
         )
+    if index == "int":
+        _check_contrast_kernels(xp, image, plan, xp.asarray(got))
     _checked.add(key)
+
+
+def _check_contrast_kernels(xp, image, plan: VotingPlan, votes) -> None:
+    """The noise-residual and contrast kernels must equal ``_contrast``'s NumPy
+    reference on the self-check's image and vote field (dark polarity), else raise."""
+    from ._contrast import contrast_numerators, noise_residuals
+
+    kernels = _module(plan.ndim, "int", xp)
+    source = xp.asarray(image)
+    stats = xp.zeros(_N_SLOTS, dtype=np.uint64)
+    _min_max(source, stats, kernels)
+    positions = noise_positions(tuple(image.shape))
+    residuals = xp.empty(len(positions), dtype=np.float64)
+    _noise_samples(source, stats, residuals, kernels, xp)
+    cells = _Cells(votes, plan, stats, kernels, xp, smoothed=source, sign=-1.0)
+    cells.find_maxima(256)
+    cells.find_contrast()
+    cells.find_pairs(1024)
+    rows, _, numerators = cells.fetch(to_host(stats))
+    low, high = image.min(), image.max()
+    points = np.stack(np.unravel_index(rows[:, 0].astype(np.int64), image.shape), axis=1)
+    expected = contrast_numerators(image.astype(np.float32), points, plan.window, -1.0)
+    same_noise = np.array_equal(to_host(residuals), noise_residuals((image - low) / (high - low), positions))
+    if not (len(rows) and same_noise and np.array_equal(numerators, expected)):
+        raise BackendError(
+            f"the contrast CUDA kernels ({plan.ndim}D) disagree with the NumPy reference on this GPU/driver; "
+            "use backend='numpy' (IVOTE_BACKEND=numpy) and report the GPU, driver and CuPy versions"
+        )
 
 
 # ---------------------------------------------------------------------------
