@@ -281,3 +281,38 @@ def test_gpu_workers_without_dask_cuda_see_one_gpu_each():
         threads = client.nthreads()
     assert sorted(v[0] for v in seen.values()) == ["0", "1"]
     assert sorted(threads.values()) == [1, 1]
+
+
+class _FakePool:
+    """CuPy's memory pool as gpu_limit sees it: its size (what it holds) and its cap."""
+
+    def __init__(self, held):
+        self.held, self.limit = held, 0
+
+    def total_bytes(self):
+        return self.held
+
+    def get_limit(self):
+        return self.limit
+
+    def set_limit(self, size=None):
+        self.limit = int(size or 0)
+
+    def free_all_blocks(self):
+        pass
+
+
+def test_gpu_limit_caps_what_a_block_adds_not_what_the_pool_holds(monkeypatch):
+    """A pool holding 100 MB the block cannot free (the caller's arrays, memoized tables, a split block)
+    leaves a block of memory_limit 28 MiB exactly 28 MiB more, whatever ran before; the cap is restored."""
+    from types import SimpleNamespace
+
+    from ivote import _backend
+
+    pool, pinned = _FakePool(held=100 * 10**6), _FakePool(held=0)
+    fake = SimpleNamespace(get_default_memory_pool=lambda: pool, get_default_pinned_memory_pool=lambda: pinned)
+    monkeypatch.setattr(_backend, "_cupy", lambda: fake)
+    pool.limit = 7
+    with _detect.gpu_limit(28 * 2**20):
+        assert pool.limit == 100 * 10**6 + 28 * 2**20
+    assert pool.limit == 7

@@ -6,6 +6,8 @@ import pytest
 from ivote import _backend
 from ivote.data import synthetic_nuclei
 from ivote.detect import iterative_voting
+from ivote.detect._plan import make_plan
+from ivote.detect._voting import _DEFAULT_BLUR_PIXELS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -14,7 +16,7 @@ pytestmark = [
 
 pytest.importorskip("dask")
 
-from ivote.distributed import _detect, detect_chunked  # noqa: E402
+from ivote.distributed import _detect, detect_chunked, detection_halo  # noqa: E402
 
 
 def _assert_same(chunked, whole):
@@ -43,31 +45,39 @@ def test_chunked_gpu_equals_in_memory_3d(chunks):
     _assert_same(chunked, whole)
 
 
-def test_gpu_memory_limit_well_below_the_volume():
+def test_gpu_memory_limit_well_below_the_volume(gpu_pool):
     """A volume whose in-memory detection needs several times the limit completes within it and matches;
-    the limit is binding: the in-memory detection fails under it."""
+    the limit is binding: the in-memory detection fails under it. The need is measured (what the pool
+    grew by in the in-memory run, its free blocks taken first), not assumed, so the test holds in any
+    order (tests/gpu/conftest.py)."""
     from ivote.errors import ResourceLimitError
 
-    cupy = _backend._cupy()
     spacing = (2.0, 1.0, 1.0)
     tile, *_ = synthetic_nuclei((24, 96, 96), spacing=spacing, radius=4.0, seed=33)
     image = np.tile(tile, (2, 4, 4)).astype(np.float32)  # 48 x 384 x 384 (placing its nuclei one by one takes minutes)
+    before = gpu_pool.pool.total_bytes()
     whole = iterative_voting(image, radius=4.0, spacing=spacing, backend="cupy")
-    limit = 28 * 2**20  # the in-memory detection of this volume needs about 26 B x 7.1 M voxels = 184 MB
-    chunked = detect_chunked(image, 4.0, spacing=spacing, memory_limit=limit, scheduler="threads", backend="cupy")
+    need = gpu_pool.pool.total_bytes() - before  # about 26 B x 7.1 M voxels = 184 MB (docs/benchmarks.md)
+    assert need > 16 * 2**20, need
+    limit = need // 6
+    with gpu_pool.blocks_grown(_detect) as grown:
+        chunked = detect_chunked(image, 4.0, spacing=spacing, memory_limit=limit, scheduler="threads",
+                                 backend="cupy")
     _assert_same(chunked, whole)
-    blocks = _detect._resolve_chunks(None, image.shape, (13, 32, 32), limit, True)
+    blur = _DEFAULT_BLUR_PIXELS * min(spacing)
+    halo = detection_halo(make_plan(4.0, spacing, 3), tuple(blur / s for s in spacing))
+    blocks = _detect._resolve_chunks(None, image.shape, halo, limit, True)
     assert np.prod(blocks) < image.size / 4  # it did run in small blocks
+    assert len(grown) >= 8 and 0 < max(grown) <= limit, (grown, limit)  # two GPU passes per block
+    assert gpu_pool.pool.get_limit() == gpu_pool.previous  # every block's cap was lifted
 
-    pool = cupy.get_default_memory_pool()
-    previous = pool.get_limit()
-    pool.free_all_blocks()
-    pool.set_limit(size=limit)
+    gpu_pool.empty()
+    gpu_pool.cap(limit)
     try:
         with pytest.raises(ResourceLimitError):
             iterative_voting(image, radius=4.0, spacing=spacing, backend="cupy")
     finally:
-        pool.set_limit(size=previous)
+        gpu_pool.lift()
 
 
 def test_local_cluster_one_worker_per_gpu():

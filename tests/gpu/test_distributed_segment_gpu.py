@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ivote._backend
-from ivote._backend import _cupy, free_gpu_memory, to_host
+from ivote._backend import to_host
 from ivote.data import synthetic_nuclei
 from ivote.segment import segment_nuclei
 
@@ -14,7 +14,7 @@ pytestmark = [
 ]
 
 
-def test_chunked_on_gpu_under_a_memory_limit_matches_in_memory():
+def test_chunked_on_gpu_under_a_memory_limit_matches_in_memory(gpu_pool):
     pytest.importorskip("dask")
     from ivote.distributed import segment_chunked
     from ivote.distributed._segment import _gpu_bytes, _Plan
@@ -32,12 +32,13 @@ def test_chunked_on_gpu_under_a_memory_limit_matches_in_memory():
     # a third: with the default 2 hops each block also evolves its neighbours' neighbours, so on this small,
     # dense volume the smallest useful block needs about 0.3 of the whole (a 512^3 one: 0.3 with 256^3 blocks)
     limit = whole // 3
-    free_gpu_memory()
-    pool = _cupy().get_default_memory_pool()
-    result = segment_chunked(image, centers, radius, spacing=spacing, memory_limit=limit, scheduler="sync",
-                             **options)
-    assert pool.get_limit() == 0  # the cap is lifted after each block
-    assert pool.total_bytes() <= limit  # the pool never grew past the cap (it keeps freed blocks)
+    from ivote.distributed import _segment
+
+    with gpu_pool.blocks_grown(_segment) as grown:
+        result = segment_chunked(image, centers, radius, spacing=spacing, memory_limit=limit, scheduler="sync",
+                                 **options)
+    assert gpu_pool.pool.get_limit() == gpu_pool.previous  # the cap is lifted after each block
+    assert len(grown) > 1 and 0 < max(grown) <= limit  # no block grew the pool past its cap (its freed blocks kept)
     assert result.chunks != image.shape
     labels = np.asarray(result.labels)
     assert result.count == len(np.unique(expected)) - 1

@@ -1,14 +1,15 @@
 """Class 7 of issue 16, the GPU: running out of GPU memory gives a clear ResourceLimitError
 (never a CUDA traceback or a poisoned context), frees every cached buffer, and the next
 run works and gives the NumPy answer. Out-of-memory is provoked with a small limit on
-CuPy's memory pool, not by filling the GPU."""
+CuPy's memory pool, not by filling the GPU: ``gpu_pool.cap(n)`` (tests/gpu/conftest.py) lets a run add
+``n`` bytes to the pool, whatever earlier tests left in it."""
 
 import numpy as np
 import pytest
 
 import ivote._backend
 from ivote import ConvRBM, ResourceLimitError, iterative_voting, segment_nuclei
-from ivote._backend import free_gpu_memory, to_host
+from ivote._backend import to_host
 from ivote.data import synthetic_nuclei
 from ivote.metrics import match_labels
 
@@ -20,81 +21,63 @@ pytestmark = [
 OOM_MESSAGE = r"the GPU ran out of memory .*backend='numpy' \(IVOTE_BACKEND=numpy\)"
 
 
-@pytest.fixture
-def pool_limit():
-    """``pool_limit(nbytes)`` caps CuPy's default memory pool above what is in use now;
-    the cap is lifted afterwards."""
-    import cupy
-
-    pool = cupy.get_default_memory_pool()
-    previous = pool.get_limit()
-    free_gpu_memory()
-
-    def cap(extra_bytes):
-        pool.set_limit(size=pool.used_bytes() + extra_bytes)
-
-    yield cap
-    pool.set_limit(size=previous)
-    free_gpu_memory()
-
-
 @pytest.fixture(scope="module")
 def sample():
     return synthetic_nuclei((256, 256), radius=6, seed=7)
 
 
-def test_detect_out_of_memory_is_clear_and_the_next_run_works(pool_limit, sample):
+def test_detect_out_of_memory_is_clear_and_the_next_run_works(gpu_pool, sample):
     image = sample.image
     expected = iterative_voting(image, radius=6, backend="numpy")
     iterative_voting(image, radius=6, backend="cupy")  # compiled, and a CUDA graph on the next call
     iterative_voting(image, radius=6, backend="cupy")
-    pool_limit(64 * 1024)
+    gpu_pool.cap(64 * 1024)
     with pytest.raises(ResourceLimitError, match="iterative_voting: " + OOM_MESSAGE) as info:
         iterative_voting(synthetic_nuclei((384, 384), radius=6, seed=8).image, radius=6, backend="cupy")
     assert isinstance(info.value, MemoryError) and info.value.__context__ is None
-    pool_limit(2**40)
+    gpu_pool.lift()
     again = iterative_voting(image, radius=6, backend="cupy")
     np.testing.assert_array_equal(again.points, expected.points)
 
 
-def test_segment_out_of_memory_is_clear_and_the_next_run_works(pool_limit, sample):
+def test_segment_out_of_memory_is_clear_and_the_next_run_works(gpu_pool, sample):
     kwargs = dict(radius=6, iterations=100, tol=0)
     first = to_host(segment_nuclei(sample.image, sample.centers, backend="cupy", **kwargs))
     # a larger image than any test segmented before: buffers kept from earlier calls cannot serve it
     larger = synthetic_nuclei((384, 384), radius=6, seed=9)
-    pool_limit(64 * 1024)
+    gpu_pool.cap(64 * 1024)
     with pytest.raises(ResourceLimitError, match="segment_nuclei: " + OOM_MESSAGE):
         segment_nuclei(larger.image, larger.centers, backend="cupy", **kwargs)
-    pool_limit(2**40)
+    gpu_pool.lift()
     again = to_host(segment_nuclei(sample.image, sample.centers, backend="cupy", **kwargs))
     assert match_labels(again, first).f1 >= 0.99 and len(np.unique(again)) > 10
 
 
-def test_convrbm_out_of_memory_is_clear_and_the_next_fit_works(pool_limit, sample):
+def test_convrbm_out_of_memory_is_clear_and_the_next_fit_works(gpu_pool, sample):
     import cupy
 
     image = sample.image[:128, :128]
-    pool_limit(16 * 1024)
+    gpu_pool.cap(16 * 1024)
     with pytest.raises(ResourceLimitError, match="ConvRBM: " + OOM_MESSAGE):
         ConvRBM(8, 7, xp=cupy).fit(image, epochs=1)
-    pool_limit(2**40)
+    gpu_pool.lift()
     model = ConvRBM(8, 7, xp=cupy).fit(image, epochs=1)
     assert bool(cupy.isfinite(model.filters_).all())
 
 
-def test_cli_reports_gpu_out_of_memory_in_one_line(pool_limit, sample, tmp_path, capsys):
+def test_cli_reports_gpu_out_of_memory_in_one_line(gpu_pool, sample, tmp_path, capsys):
     import tifffile
 
     from ivote.cli import main
 
     path = tmp_path / "image.tif"
     tifffile.imwrite(path, sample.image.astype(np.float32))
-    pool_limit(16 * 1024)
+    gpu_pool.cap(16 * 1024)
     status = main(["detect", str(path), "--radius", "6", "--backend", "cupy", "--out", str(tmp_path / "p.csv")])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "the GPU ran out of memory" in err
     assert not (tmp_path / "p.csv").exists()
-    pool_limit(2**40)
+    gpu_pool.lift()
     assert main(["detect", str(path), "--radius", "6", "--backend", "cupy", "--out", str(tmp_path / "p.csv")]) == 0
 
 

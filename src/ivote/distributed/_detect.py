@@ -528,20 +528,30 @@ def _on_device(backend: str, limit: int):
 
 
 class gpu_limit:
-    """Hold the GPU lock and cap CuPy's memory pool at ``limit`` bytes
-    (``_backend.limit_gpu_memory``), restored after; buffers kept between calls
-    (captured detections) are dropped first, so the block has the limit to
-    itself, and the block's own are freed after. Used by every chunked stage."""
+    """Hold the GPU lock and let the block allocate at most ``limit`` new bytes
+    through CuPy's memory pool (``_backend.limit_gpu_memory``), restored after.
+    Buffers kept between calls (captured detections) are dropped first and the
+    pool's free blocks returned; what the pool still holds then (the caller's
+    arrays, memoized tables, a freed block the pool cannot return because a
+    part of it is in use) is counted on top of the limit, not against it: the
+    cap is the pool's size at the start plus ``limit``, so what ran before in
+    the process does not shrink the block's share. The block's own buffers are
+    freed after. Used by every chunked stage."""
 
     def __init__(self, limit: int):
         self.limit = limit
 
     def __enter__(self):
-        from .._backend import free_gpu_memory, limit_gpu_memory
+        from .._backend import _cupy, free_gpu_memory, limit_gpu_memory
 
         _GPU_LOCK.acquire()
-        free_gpu_memory()
-        self.previous = limit_gpu_memory(self.limit)
+        try:
+            free_gpu_memory()
+            held = int(_cupy().get_default_memory_pool().total_bytes())
+            self.previous = limit_gpu_memory(held + self.limit)
+        except BaseException:
+            _GPU_LOCK.release()
+            raise
 
     def __exit__(self, *exc):
         from .._backend import _cupy, limit_gpu_memory
