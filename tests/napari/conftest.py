@@ -91,3 +91,18 @@ def detect_widget():
         return widget
 
     return make
+
+
+@pytest.fixture
+def count_refilters(monkeypatch):
+    """Calls of ``Detections.with_threshold`` (the refilter of cached maxima), counted."""
+    from ivote.detect._voting import Detections
+
+    calls, real = [], Detections.with_threshold
+
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Detections, "with_threshold", counting)
+    return calls

@@ -48,11 +48,13 @@ class _FakeDetections:
     radius = 5.0
     candidates = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     candidate_scores = np.array([10.0, 0.5])
+    candidate_contrasts = np.array([8.0, 3.5])
 
     def with_threshold(self, threshold):
         keep = self.candidate_scores >= (1.0 if threshold == "auto" else -np.inf if threshold is None else threshold)
         result = _FakeDetections()
         result.points, result.scores, result.threshold = self.candidates[keep], self.candidate_scores[keep], 1.0
+        result.contrasts = self.candidate_contrasts[keep]
         return result
 
 
@@ -88,3 +90,39 @@ def test_preview_window_of_a_big_plane_follows_the_view():
     thin = logic.image_geometry((100, 5000))
     window, _ = logic.preview_window(thin, 5.0, view=None, max_plane_pixels=300 * 300)
     assert window[0] == slice(0, 100) and window[1].stop - window[1].start == 900
+
+
+def test_a_threshold_change_refilters_each_result_once(count_refilters, monkeypatch):
+    """The Points layer's state at a new threshold (points, scores and contrasts) comes from one refilter of the
+    cached maxima; a time-lapse's pooled 'auto' rule is computed once, then each frame refiltered once."""
+    import ivote._frames
+    from ivote.data import synthetic_nuclei
+    from ivote.detect import iterative_voting
+
+    frames = [synthetic_nuclei((64, 64), radius=4.0, seed=seed).image for seed in (1, 2)]
+    found = [iterative_voting(frame, radius=4.0, backend="numpy") for frame in frames]
+    geometry = logic.image_geometry((64, 64))
+    one = logic.DetectResult(found[0], offset=None, generation=1, preview=False, seconds=0.1)
+    count_refilters.clear()
+    state, applied = logic.result_layer_state(one, geometry, 0.5, name="n", image_name="i", preview=False,
+                                              timelapse=False)
+    assert len(count_refilters) == 1
+    kept = found[0].with_threshold(0.5)
+    np.testing.assert_array_equal(state["data"], kept.points)
+    np.testing.assert_array_equal(state["features"]["contrast"], kept.contrasts)
+    assert applied == 0.5
+
+    pooled = []
+    real = ivote._frames.pooled_threshold
+    monkeypatch.setattr(ivote._frames, "pooled_threshold", lambda *a: pooled.append(a) or real(*a))
+    lapse = logic.TimelapseResult(frames=(0, 1), results=tuple(
+        logic.DetectResult(f, offset=None, generation=1, preview=False, seconds=0.1) for f in found))
+    count_refilters.clear()
+    state, applied = logic.result_layer_state(lapse, geometry, "auto", name="n", image_name="i", preview=False,
+                                              timelapse=True)
+    assert len(pooled) == 1 and len(count_refilters) == 2
+    threshold, floor = real("auto", found)
+    expected = [f.with_threshold(threshold, floor) for f in found]
+    assert applied == threshold and len(state["data"]) == sum(len(e.points) for e in expected)
+    np.testing.assert_array_equal(state["data"][:, 0], np.repeat([0.0, 1.0], [len(e.points) for e in expected]))
+    np.testing.assert_array_equal(state["features"]["contrast"], np.concatenate([e.contrasts for e in expected]))

@@ -154,13 +154,18 @@ def test_preview_window_is_outlined_on_the_canvas(make_napari_viewer, small, qtb
     assert len(points) and (points.min(0) >= corners.min(0)).all() and (points.max(0) <= corners.max(0)).all()
 
 
-def test_points_are_rings_and_threshold_label_is_the_linear_score(make_napari_viewer, small, qtbot):
+def _run_on_small(make_napari_viewer, small, qtbot):
+    """A viewer with ``small`` as 'cells', a Detect dock that ran on it: (viewer, widget, its points layer)."""
     viewer = _viewer_with(make_napari_viewer, small)
     widget = _detect(viewer)
     widget.radius.value = small.radius
     widget.run()
     _wait(qtbot, widget)
-    layer = viewer.layers["nuclei: cells"]
+    return viewer, widget, viewer.layers["nuclei: cells"]
+
+
+def test_points_are_rings_and_threshold_label_is_the_linear_score(make_napari_viewer, small, qtbot):
+    viewer, widget, layer = _run_on_small(make_napari_viewer, small, qtbot)
     assert (layer.features["contrast"] >= 3).all()  # every kept point stands out of the noise (min_contrast)
     assert layer.opacity == 1.0 and np.allclose(layer.face_color[:, 3], 0)  # the nucleus shows inside its ring
     kept = layer.features["score"].min()
@@ -620,3 +625,18 @@ def test_stress_remove_all_layers_and_open_a_new_image_under_a_live_preview(make
     assert match_points(viewer.layers["nuclei (preview): image 5"].data, small.centers * [1, -1] + [0, 95],
                         tolerance=4).f1 >= 0.8
     assert wrong == []  # the widget never touches a layer napari is removing, nor any layer from a worker
+
+
+def test_one_threshold_step_refilters_once(make_napari_viewer, small, qtbot, count_refilters):
+    """A step of the threshold slider (a key press on its Qt slider) refilters the Run's cached maxima once."""
+    from qtpy.QtCore import Qt
+    from qtpy.QtWidgets import QSlider
+
+    viewer, widget, layer = _run_on_small(make_napari_viewer, small, qtbot)
+    slider = widget.threshold.native.findChildren(QSlider)[0]
+    for key in (Qt.Key.Key_End, Qt.Key.Key_Home):  # the highest threshold, then none
+        count_refilters.clear()
+        before = len(layer.data)
+        qtbot.keyClick(slider, key)
+        assert len(count_refilters) == 1, key
+        assert (len(layer.data) < before) if key == Qt.Key.Key_End else (len(layer.data) > before)

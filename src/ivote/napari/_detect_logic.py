@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -214,6 +215,16 @@ class DetectRequest:
         return (self.radius, self.spacing, self.polarity, self.blur, self.offset, self.image.shape)
 
 
+class Refiltered(NamedTuple):
+    """A result's maxima kept at a threshold: points (full-image pixels; a time-lapse's with the frame
+    first), their scores and contrasts to the noise, and the threshold applied."""
+
+    points: np.ndarray
+    scores: np.ndarray
+    contrasts: np.ndarray
+    threshold: float
+
+
 @dataclass(frozen=True)
 class DetectResult:
     """A detector run and where its points belong in the full image."""
@@ -226,25 +237,25 @@ class DetectResult:
     window_shape: tuple[int, ...] | None = None
     """Spatial shape of the part of the image computed (a preview window), or None."""
 
-    def _refiltered(self, threshold, min_contrast=None):
-        if min_contrast is None:
-            return self.detections.with_threshold(threshold)
-        return self.detections.with_threshold(threshold, min_contrast)
+    def refiltered(self, threshold="auto", min_contrast=None) -> Refiltered:
+        """The kept maxima at ``threshold`` (and a contrast floor), points in full-image pixels.
 
-    def points(self, threshold="auto", min_contrast=None) -> tuple[np.ndarray, np.ndarray, float]:
-        """(points in full-image pixels, scores, applied threshold) for ``threshold`` (and a contrast floor).
-
-        Only refilters the cached maxima (``Detections.with_threshold``).
+        Only refilters the cached maxima, once (``Detections.with_threshold``).
         """
-        detections = self._refiltered(threshold, min_contrast)
+        if min_contrast is None:
+            detections = self.detections.with_threshold(threshold)
+        else:
+            detections = self.detections.with_threshold(threshold, min_contrast)
         points = np.asarray(detections.points, dtype=np.float64)
         if self.offset is not None and len(points):
             points = points + np.asarray(self.offset, dtype=np.float64)
-        return points, np.asarray(detections.scores, dtype=np.float64), float(detections.threshold)
+        return Refiltered(points, np.asarray(detections.scores, dtype=np.float64),
+                          np.asarray(detections.contrasts, dtype=np.float64), float(detections.threshold))
 
-    def contrasts(self, threshold="auto", min_contrast=None) -> np.ndarray:
-        """Contrast to the image noise of each point of :meth:`points` (same order)."""
-        return np.asarray(self._refiltered(threshold, min_contrast).contrasts, dtype=np.float64)
+    def points(self, threshold="auto", min_contrast=None) -> tuple[np.ndarray, np.ndarray, float]:
+        """(points in full-image pixels, scores, applied threshold): :meth:`refiltered` without the contrasts."""
+        kept = self.refiltered(threshold, min_contrast)
+        return kept.points, kept.scores, kept.threshold
 
 
 def result_kind(result: DetectResult, geometry: ImageGeometry) -> str:
@@ -457,24 +468,23 @@ class TimelapseResult:
             return pooled_threshold(threshold, [r.detections for r in self.results])
         return threshold, None
 
-    def contrasts(self, threshold="auto") -> np.ndarray:
+    def refiltered(self, threshold="auto") -> Refiltered:
+        """Every frame's kept maxima (points with a leading frame index); one threshold for every frame
+        (the rule over all frames' candidates together, as ``ivote.detect_frames``), computed once."""
         threshold, floor = self._one_threshold(threshold)
-        return (np.concatenate([r.contrasts(threshold, floor) for r in self.results]) if self.results
-                else np.zeros(0))
-
-    def points(self, threshold="auto") -> tuple[np.ndarray, np.ndarray, float]:
-        """(points with a leading frame index, scores, the threshold); one threshold for every frame
-        (the rule over all frames' candidates together, as ``ivote.detect_frames``)."""
-        threshold, floor = self._one_threshold(threshold)
-        rows, scores, applied = [], [], math.nan
-        for frame, result in zip(self.frames, self.results):
-            points, frame_scores, frame_applied = result.points(threshold, floor)
-            rows.append(np.column_stack([np.full(len(points), float(frame)), points.reshape(len(points), -1)]))
-            scores.append(frame_scores)
-            applied = frame_applied if math.isnan(applied) else applied
+        kept = [result.refiltered(threshold, floor) for result in self.results]
+        rows = [np.column_stack([np.full(len(k.points), float(frame)), k.points.reshape(len(k.points), -1)])
+                for frame, k in zip(self.frames, kept)]
         ndim = 1 + (self.results[0].detections.points.shape[1] if self.results else 2)
         points = np.concatenate(rows) if rows else np.zeros((0, ndim))
-        return points.reshape(-1, ndim), np.concatenate(scores) if scores else np.zeros(0), applied
+        return Refiltered(points.reshape(-1, ndim), np.concatenate([k.scores for k in kept]) if kept else np.zeros(0),
+                          np.concatenate([k.contrasts for k in kept]) if kept else np.zeros(0),
+                          next((k.threshold for k in kept if not math.isnan(k.threshold)), math.nan))
+
+    def points(self, threshold="auto") -> tuple[np.ndarray, np.ndarray, float]:
+        """(points with a leading frame index, scores, the threshold): :meth:`refiltered` without the contrasts."""
+        kept = self.refiltered(threshold)
+        return kept.points, kept.scores, kept.threshold
 
 
 @dataclass(frozen=True)
@@ -662,11 +672,11 @@ def result_layer_state(result, geometry: ImageGeometry, threshold, *, name: str,
                        timelapse: bool) -> tuple[dict, float]:
     """The Points layer state of ``result`` at ``threshold`` (see :func:`points_layer_state`), and the
     threshold applied. A preview is marked so it is never offered as seeds or a count's input."""
-    points, scores, applied = result.points(threshold)
+    points, scores, contrasts, applied = result.refiltered(threshold)  # one refilter per threshold change
     state = points_layer_state(geometry, result.detections.radius, points[:, -geometry.ndim:], scores,
                                image_name=image_name, score_range=score_range(result))
     state["name"] = name
-    state["features"] = {**state["features"], "contrast": result.contrasts(threshold)}
+    state["features"] = {**state["features"], "contrast": contrasts}
     if preview:
         state["metadata"] = {**state["metadata"], "ivote_kind": "preview"}
         state.update(PREVIEW_STYLE)
