@@ -26,7 +26,7 @@ def test_geometry_of_rgb_and_volumes_and_the_message_for_others():
 
 def test_radius_range_in_world_units():
     low, high, default = logic.image_geometry((200, 400), scale=(0.5, 0.5)).radius_range()
-    assert (low, high, default) == (0.5, 25.0, 4.0)
+    assert (low, high, default) == (0.75, 25.0, 4.0)  # from 1.5 pixels, the core's MIN_RADIUS_PIXELS
 
 
 @pytest.mark.parametrize("plane, expected", [(10, (6, 15)), (0, (0, 5)), (19, (15, 20)), (-3.0, (0, 5)), (10.4, (6, 15))])

@@ -425,10 +425,34 @@ def test_segment_takes_detects_radius_and_refuses_silly_radii(make_napari_viewer
     assert widget.seeds.value is viewer.layers["nuclei: cells"]
     assert widget.radius.value == pytest.approx(small.radius) and widget.radius.label == "radius (µm)"
     for silly in (0.01, 10_000):
-        widget.radius.value = silly
-        widget.run()
-        assert "radius must be between" in widget.status.value and not widget.busy
+        widget.radius.native.setValue(silly)  # what typing it does: the box holds the image's range
+        assert widget.radius.min <= widget.radius.value <= widget.radius.max
+    viewer.layers["cells"].scale = (4.0, 4.0)  # after the choice: the range is checked again on Run
+    widget.radius.value = 5.0  # 1.25 pixels now
+    widget.run()
+    assert f"radius must be between {1.5 * 4:g}" in widget.status.value and not widget.busy
+    assert "MIN_RADIUS_PIXELS = 1.5 pixels" in widget.status.value
     assert "labels: cells" not in viewer.layers
+
+
+def test_segment_radius_range_is_the_cores(make_napari_viewer, small):
+    """The Segment dock's smallest radius is the core's (MIN_RADIUS_PIXELS pixels, 0.75 µm here, not the 0.25 µm it
+    took before): segment_nuclei takes it and refuses less."""
+    from ivote import segment_nuclei
+    from ivote._validate import MIN_RADIUS_PIXELS
+    from ivote.errors import IvoteError
+    from ivote.napari._segment_widget import SegmentWidget
+
+    viewer = _viewer_with(make_napari_viewer, small)
+    widget = SegmentWidget(viewer)
+    low = widget.radius.min
+    assert low == pytest.approx(MIN_RADIUS_PIXELS * small.spacing[0])
+    widget.radius.native.setValue(0.3)  # typed: the box clamps it
+    assert widget.radius.value == pytest.approx(low)
+    seeds = small.centers[:2]
+    assert segment_nuclei(small.image, seeds, radius=low, spacing=small.spacing, iterations=1).max() >= 0
+    with pytest.raises(IvoteError, match="radius must satisfy"):
+        segment_nuclei(small.image, seeds, radius=0.99 * low, spacing=small.spacing, iterations=1)
 
 
 def test_feature_stacks_add_no_slider_and_stay_out_of_detect(make_napari_viewer, small, qtbot):

@@ -66,15 +66,18 @@ class ImageGeometry:
         return len(self.shape)
 
     def radius_range(self) -> tuple[float, float, float]:
-        """(minimum, maximum, default) radius in world units for the slider.
+        """(minimum, maximum, default) radius in world units for the Detect and Segment docks.
 
-        From one pixel to a quarter of the smallest in-plane extent; the default
+        From the core's smallest radius (``ivote._validate.MIN_RADIUS_PIXELS`` pixels of the finest
+        axis, what ``check_radius`` accepts) to a quarter of the smallest in-plane extent; the default
         is 8 in-plane pixels, a typical nucleus at 20x magnification.
         """
+        from .._validate import MIN_RADIUS_PIXELS
+
         pixel = min(self.scale[-2:])
         extent = min(n * s for n, s in zip(self.shape[-2:], self.scale[-2:]))
         high = max(extent / 4.0, 2 * pixel)
-        return pixel, high, min(8.0 * pixel, high)
+        return MIN_RADIUS_PIXELS * min(self.scale), high, min(8.0 * pixel, high)
 
 
 def _unit_name(units, metadata: dict | None, scale) -> str:

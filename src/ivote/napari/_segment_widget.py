@@ -10,6 +10,7 @@ from napari.layers import Image, Points
 
 from .. import _backend
 from .._files import adopt_file_scale
+from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
 from ._detect_logic import image_geometry
 from ._runner import Runner
@@ -40,7 +41,7 @@ class SegmentWidget(Container):
                               tooltip="Image layer whose nuclei are outlined.")
         self.seeds = ComboBox(label="seeds", choices=layer_choices(napari_viewer, Points),
                               tooltip="Points layer with one point per nucleus ('nuclei: <image>' from Detect).")
-        self.radius = FloatSpinBox(label="radius (px)", min=0.01, max=1e4, value=8.0, step=0.5,
+        self.radius = FloatSpinBox(label="radius (px)", min=MIN_RADIUS_PIXELS, max=1e4, value=8.0, step=0.5,
                                    tooltip="Largest nucleus radius in the image's units; taken from the seeds' "
                                            "detection when it has one.")
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
@@ -100,6 +101,7 @@ class SegmentWidget(Container):
                 self.polarity.enabled = True
         if geometry is not None:
             self.radius.label = f"radius ({geometry.unit})"
+            self.radius.min, self.radius.max, _ = geometry.radius_range()
         self._on_seeds_changed()
 
     def _on_seeds_changed(self, *_):
@@ -108,10 +110,6 @@ class SegmentWidget(Container):
         if radius:  # the radius the seeds were detected with
             self.radius.value = float(radius)
 
-    def radius_limit(self, geometry) -> float:
-        """Largest radius accepted: a quarter of the smallest in-plane extent (as Detect's slider)."""
-        return geometry.radius_range()[1]
-
     def run(self):
         image, points = self.image.value, self.seeds.value
         if image is None or points is None:
@@ -119,10 +117,11 @@ class SegmentWidget(Container):
         geometry = self._geometry()
         if geometry is None:
             return self.status.show("Segment works on 2D, 3D or 2D RGB images.", error=True)
-        radius, high = self.radius.value, self.radius_limit(geometry)
-        if not (math.isfinite(radius) and 0 < radius <= high) or radius < min(geometry.scale) / 2:
-            return self.status.show(f"radius must be between {min(geometry.scale) / 2:g} and {high:g} "
-                                    f"{geometry.unit} for this image; got {radius:g}.", error=True)
+        radius, (low, high, _) = self.radius.value, geometry.radius_range()
+        if not (math.isfinite(radius) and low <= radius <= high):  # e.g. the layer's scale changed since
+            return self.status.show(f"radius must be between {low:g} and {high:g} {geometry.unit} for this image "
+                                    f"(at least MIN_RADIUS_PIXELS = {MIN_RADIUS_PIXELS:g} pixels); got {radius:g}.",
+                                    error=True)
         data = np.asarray(image.data[0] if image.multiscale else image.data)
         polarity = self.polarity.value
         if image.rgb:
