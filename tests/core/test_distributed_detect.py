@@ -316,3 +316,25 @@ def test_gpu_limit_caps_what_a_block_adds_not_what_the_pool_holds(monkeypatch):
     with _detect.gpu_limit(28 * 2**20):
         assert pool.limit == 100 * 10**6 + 28 * 2**20
     assert pool.limit == 7
+
+
+@pytest.mark.parametrize("bad", [dict(spacing=(1.0,)), dict(spacing=(1.0, -2.0)), dict(polarity="grey"),
+                                 dict(blur=-1.0), dict(blur=1e6), dict(min_contrast=-0.5), dict(threshold="mean"),
+                                 dict(threshold=float("nan"))])
+def test_settings_are_refused_as_iterative_voting_refuses_them(image_2d, bad):
+    """detect_chunked checks its settings with iterative_voting's own check (detect._voting.check_settings):
+    the same error, word for word, before any block is read."""
+    with pytest.raises(Exception) as whole:
+        iterative_voting(image_2d, radius=RADIUS, backend="numpy", **bad)
+    with pytest.raises(type(whole.value)) as chunked:
+        detect_chunked(image_2d, RADIUS, chunks=75, scheduler="sync", backend="numpy", **bad)
+    assert str(chunked.value) == str(whole.value)
+
+
+def test_thin_axes_are_refused_as_iterative_voting_refuses_them():
+    thin = np.zeros((2, 40, 40))
+    with pytest.raises(Exception) as whole:
+        iterative_voting(thin, radius=RADIUS, backend="numpy")
+    with pytest.raises(type(whole.value), match="at least 3 along every axis") as chunked:
+        detect_chunked(thin, RADIUS, backend="numpy")
+    assert str(chunked.value) == str(whole.value)

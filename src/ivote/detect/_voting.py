@@ -473,10 +473,7 @@ def iterative_voting(
     image = to_device(image, xp) if get_array_module(image) is not xp else image
     signal, from_rgb = _spatial_image(image, channel, xp, stains)
     ndim = signal.ndim
-    spacing = check_spacing(spacing, ndim)
-    _check_thin_axes(signal.shape, ndim)
-    if polarity not in ("bright", "dark"):
-        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
+    spacing, blur, min_contrast = check_settings(signal.shape, spacing, polarity, blur, min_contrast, threshold)
     sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
     radius_estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
     if radius_estimated:
@@ -487,11 +484,6 @@ def iterative_voting(
     elif isinstance(radius, str):
         raise ParameterTypeError(f"radius must be a positive number or 'auto'; got {radius!r}")
     radius = check_radius(radius, signal.shape, spacing)
-    if blur is None:
-        blur = _DEFAULT_BLUR_PIXELS * min(spacing)
-    blur = check_positive(blur, "blur", allow_zero=True, upper=max(n * s for n, s in zip(signal.shape, spacing)))
-    min_contrast = check_positive(min_contrast, "min_contrast", allow_zero=True)
-    _resolve_rule(threshold, np.zeros(0), np.zeros(0), min_contrast)  # validate before the work
     if iter_callback is not None and not callable(iter_callback):
         raise TypeError(f"iter_callback must be callable; got {iter_callback!r}")
 
@@ -534,6 +526,22 @@ def iterative_voting(
 
 _MIN_AXIS_PIXELS = 3
 _CPU_BYTES_PER_PIXEL = 48  # float64 image and blur, float32 copy, uint32 votes, directions
+
+
+def check_settings(shape, spacing, polarity, blur, min_contrast, threshold) -> tuple:
+    """The checks of :func:`iterative_voting`'s settings other than the radius, for an image of
+    spatial ``shape`` (``ivote.distributed.detect_chunked`` makes them on the whole image's):
+    returns ``(spacing, blur, min_contrast)``, ``blur`` None becoming its default."""
+    spacing = check_spacing(spacing, len(shape))
+    _check_thin_axes(shape, len(shape))
+    if polarity not in ("bright", "dark"):
+        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
+    if blur is None:
+        blur = _DEFAULT_BLUR_PIXELS * min(spacing)
+    blur = check_positive(blur, "blur", allow_zero=True, upper=max(n * s for n, s in zip(shape, spacing)))
+    min_contrast = check_positive(min_contrast, "min_contrast", allow_zero=True)
+    _resolve_rule(threshold, np.zeros(0), np.zeros(0), min_contrast)  # validate before the work
+    return spacing, blur, min_contrast
 
 
 def _check_thin_axes(shape, ndim) -> None:

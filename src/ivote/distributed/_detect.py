@@ -174,11 +174,10 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     (True, 194)
     """
     from .._backend import select_xp, use_numba
-    from .._validate import check_finite_range, check_positive, check_radius, check_spacing
+    from .._validate import check_finite_range, check_radius
     from ..detect._contrast import grey_step, noise_positions, noise_sigma
     from ..detect._plan import make_plan
-    from ..detect._voting import (_DEFAULT_BLUR_PIXELS, _DEFAULT_MIN_CONTRAST, _check_thin_axes, _check_work,
-                                  _resolve_rule)
+    from ..detect._voting import _DEFAULT_MIN_CONTRAST, _check_work, check_settings
 
     unknown = sorted(set(detect_kwargs) - set(_DETECT_OPTIONS))
     if unknown:
@@ -187,25 +186,17 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     shape, dtype = _check_array(image)
     ndim = len(shape)
     polarity = detect_kwargs.get("polarity", "bright")
-    if polarity not in ("bright", "dark"):
-        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
+    threshold = detect_kwargs.get("threshold", "auto")
+    spacing, blur, min_contrast = check_settings(shape, spacing, polarity, detect_kwargs.get("blur"),
+                                                 detect_kwargs.get("min_contrast", _DEFAULT_MIN_CONTRAST), threshold)
     backend = detect_kwargs.get("backend", "auto")
     xp = select_xp(backend)
-    spacing = check_spacing(spacing, ndim)
-    _check_thin_axes(shape, ndim)
     estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
     if estimated:
         radius = _estimate_radius(image, shape, spacing, polarity, backend)
     elif isinstance(radius, str):
         raise ValueError(f"radius must be a positive number or 'auto'; got {radius!r}")
     radius = check_radius(radius, shape, spacing)
-    blur = detect_kwargs.get("blur")
-    blur = _DEFAULT_BLUR_PIXELS * min(spacing) if blur is None else blur
-    blur = check_positive(blur, "blur", allow_zero=True, upper=max(n * s for n, s in zip(shape, spacing)))
-    min_contrast = check_positive(detect_kwargs.get("min_contrast", _DEFAULT_MIN_CONTRAST), "min_contrast",
-                                  allow_zero=True)
-    threshold = detect_kwargs.get("threshold", "auto")
-    _resolve_rule(threshold, np.zeros(0), np.zeros(0), min_contrast)  # validate before the work
     for name, callback in (("progress", progress), ("on_block", on_block)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable; got {callback!r}")
