@@ -161,15 +161,20 @@ def intensity_range_chunked(image, blocks, run) -> tuple[float, float]:
 
 def _overlap_graph(rounded: np.ndarray, half: np.ndarray):
     """CSR adjacency of the seeds whose boxes overlap (every axis within 2 * half)."""
+    return _pairs_within(rounded, 2 * half)
+
+
+def _pairs_within(rounded: np.ndarray, reach: np.ndarray):
+    """CSR adjacency of the seeds closer than ``reach`` along every axis (``<=``)."""
     from scipy.sparse import csr_matrix
     from scipy.spatial import cKDTree
 
     n = len(rounded)
     if n < 2:
         return csr_matrix((n, n), dtype=bool)
-    pairs = cKDTree(rounded / (2.0 * half)).query_pairs(r=1.0 + 1e-9, p=np.inf, output_type="ndarray")
+    pairs = cKDTree(rounded / reach.astype(float)).query_pairs(r=1.0 + 1e-9, p=np.inf, output_type="ndarray")
     if len(pairs):
-        pairs = pairs[np.all(np.abs(rounded[pairs[:, 0]] - rounded[pairs[:, 1]]) <= 2 * half, axis=1)]
+        pairs = pairs[np.all(np.abs(rounded[pairs[:, 0]] - rounded[pairs[:, 1]]) <= reach, axis=1)]
     rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
     cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
     return csr_matrix((np.ones(len(rows), bool), (rows, cols)), shape=(n, n))
@@ -234,12 +239,72 @@ def _expand(start: np.ndarray, graph, hops) -> np.ndarray:
 
 
 def _gpu_bytes(plan: _Plan, box_cells: int) -> int:
-    """GPU bytes one block's call needs: the boxes (``_BYTES_PER_CELL`` a cell, the in-memory
-    estimate) and the region's image, normalised image, overlap canvases, labels and the
-    one-region-per-label step's maps (about 64 bytes a voxel)."""
+    """GPU bytes one block's call needs (:func:`_need` of its objects and region)."""
+    return int(_need(len(plan.seeds), math.prod(s.stop - s.start for s in plan.region), box_cells))
+
+
+def _need(n_objects, region_voxels, box_cells: int):
+    """Bytes a call on ``n_objects`` boxes and a region of ``region_voxels`` needs: the boxes
+    (``_BYTES_PER_CELL`` a cell, the in-memory estimate) and the region's image, normalised image,
+    overlap canvases, labels and the one-region-per-label step's maps (about 64 bytes a voxel).
+    Element-wise on arrays."""
     from ..segment._segment import _BYTES_PER_CELL
 
-    return len(plan.seeds) * box_cells * _BYTES_PER_CELL + 64 * math.prod(s.stop - s.start for s in plan.region)
+    return np.asarray(n_objects, np.int64) * (box_cells * _BYTES_PER_CELL) + 64 * np.asarray(region_voxels, np.int64)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The seeds' boxes and overlaps in an image: what every choice of blocks is planned from."""
+
+    shape: tuple
+    rounded: np.ndarray  # seeds rounded to pixels
+    half: np.ndarray  # box half-widths
+    hops: int | None
+    graph: Any  # overlaps of the boxes (_overlap_graph)
+    box_cells: int
+
+    def plans(self, chunks) -> list[_Plan]:
+        return _plans(self.shape, chunks, self.rounded, self.half, self.hops, self.graph)
+
+    def largest_need(self, plans) -> int:
+        return max((_gpu_bytes(p, self.box_cells) for p in plans), default=0)
+
+    def smallest_need(self) -> tuple[int, int]:
+        return _smallest_need(self.shape, self.rounded, self.half, self.hops, self.graph, self.box_cells)
+
+
+def _smallest_need(shape, rounded, half, hops, graph, box_cells) -> tuple[int, int]:
+    """(bytes, seed index): a lower bound of the largest block need, whatever the block size.
+
+    The block holding seed ``i``'s pixel, however small, meets the box of every seed within
+    ``half`` of it (``i`` included), so it evolves those and every object within ``hops`` box
+    overlaps of them (their whole group for ``hops=None``) on a region holding all their boxes:
+    no blocks need less than the largest such need (blocks of one pixel need it at that seed)."""
+    from scipy.sparse import csgraph, identity
+
+    n = len(rounded)
+    if n == 0:
+        return 0, -1
+    if hops is None:  # whole groups: the members of each, group after group
+        _, group = csgraph.connected_components(graph, directed=False)
+        members = np.argsort(group, kind="stable")
+        first = np.flatnonzero(np.r_[True, np.diff(group[members]) != 0])
+        per_seed = group
+    else:  # row i of (I + W) (I + A)^hops: the boxes holding seed i's pixel, and hops overlaps on
+        reach = identity(n, dtype=np.int8, format="csr") + _pairs_within(rounded, half).astype(np.int8)
+        step = graph.astype(np.int8)
+        for _ in range(int(hops)):
+            reach = ((reach + reach @ step) > 0).astype(np.int8)
+        reach.sort_indices()
+        members, first, per_seed = reach.indices, reach.indptr[:-1], np.arange(n)
+    counts = np.diff(np.r_[first, len(members)])
+    coords = rounded[members]
+    low = np.maximum(np.minimum.reduceat(coords, first, axis=0) - half, 0)
+    high = np.minimum(np.maximum.reduceat(coords, first, axis=0) + half + 1, np.asarray(shape))
+    needs = _need(counts, np.prod(high - low, axis=1), box_cells)[per_seed]
+    worst = int(np.argmax(needs))
+    return int(needs[worst]), worst
 
 
 # ---------------------------------------------------------------- one block's task
@@ -445,8 +510,7 @@ def segment_chunked(image, points, radius: float, *, spacing=None, chunks=None, 
     spacing_n = tuple(s / h_min for s in spacing)
     half = np.asarray(box_half_widths(radius / h_min, spacing_n, float(options["box_factor"])), np.int64)
     rounded = np.rint(seeds).astype(np.int64)
-    graph = _overlap_graph(rounded, half)
-    box_cells = int(np.prod(2 * half + 1))
+    layout = _Layout(shape, rounded, half, hops, _overlap_graph(rounded, half), int(np.prod(2 * half + 1)))
     user_chunks = chunks is not None
     chunks = _resolve_chunks(image, chunks if user_chunks else _default_chunks(image, ndim), shape)
     if not user_chunks and chunks != shape:
@@ -454,18 +518,11 @@ def segment_chunked(image, points, radius: float, *, spacing=None, chunks=None, 
         from ._detect import _memory_limit
 
         budget = memory_limit or _memory_limit(None, _runs_on_gpu(options["backend"]))
-        whole = _plans(shape, shape, rounded, half, hops, graph)
-        if max((_gpu_bytes(p, box_cells) for p in whole), default=0) <= budget:
+        if layout.largest_need(layout.plans(shape)) <= budget:
             chunks = shape
-    plans = _plans(shape, chunks, rounded, half, hops, graph)
-    while memory_limit and max((_gpu_bytes(p, box_cells) for p in plans), default=0) > memory_limit:
-        longest = int(np.argmax(chunks))
-        if user_chunks or chunks[longest] <= int(half[longest]):
-            need = max(_gpu_bytes(p, box_cells) for p in plans)
-            raise ValueError(f"memory_limit={memory_limit} bytes is below one block's need ({need} bytes "
-                             f"with blocks of {chunks}); raise it, or give smaller chunks")
-        chunks = tuple(math.ceil(c / 2) if k == longest else c for k, c in enumerate(chunks))
-        plans = _plans(shape, chunks, rounded, half, hops, graph)
+    plans = layout.plans(chunks)
+    if memory_limit:
+        chunks, plans = _fit_memory(layout, chunks, plans, memory_limit, given=user_chunks)
     out = _open_out(out, shape, chunks, scheduler)
     if isinstance(out, np.ndarray):
         scheduler = scheduler or "threads"
@@ -499,6 +556,47 @@ def segment_chunked(image, points, radius: float, *, spacing=None, chunks=None, 
     largest = max((tuple(s.stop - s.start for s in p.region) for p in plans), key=math.prod)
     return ChunkedSegmentation(labels=out, count=count, chunks=chunks, hops=hops, iterations=stop,
                                passes=passes, seam_merges=rewritten, largest_region=largest)
+
+
+def _fit_memory(layout: _Layout, chunks, plans, memory_limit: int, *, given: bool):
+    """Blocks whose every need fits ``memory_limit``: ``chunks`` when they fit, else (unless
+    ``given``) halved along their longest side while the largest need falls. A clear error when
+    no block size can fit (the limit is below :func:`_smallest_need`: each block also evolves its
+    objects' neighbourhoods, which smaller blocks do not shrink), when the need stops falling (no
+    new low after a halving along every axis), or when given chunks do not fit; it names the
+    limit and the smallest need."""
+    need = layout.largest_need(plans)
+    if need <= memory_limit:
+        return chunks, plans
+    gib = 2**30
+    advice = (f"raise memory_limit, or lower hops (now {layout.hops}: each block also evolves the objects within "
+              "that many box overlaps of its own; 1 or 0 need less and may differ from the in-memory labels "
+              "by a few pixels)")
+    if given:
+        raise ValueError(f"memory_limit={memory_limit} bytes ({memory_limit / gib:.3g} GiB) is below one block's "
+                         f"need ({need} bytes with blocks of {chunks}); give smaller chunks, or {advice}")
+    least, seed = layout.smallest_need()
+    if least > memory_limit:
+        raise ValueError(f"memory_limit={memory_limit} bytes ({memory_limit / gib:.3g} GiB) is below the smallest "
+                         f"need any block size can have: {least} bytes ({least / gib:.3g} GiB), the block holding "
+                         f"the seed at {tuple(int(v) for v in layout.rounded[seed])} with its neighbours; {advice}")
+    smallest, flat = (need, chunks), 0
+    while need > memory_limit and flat < len(chunks):  # stop after a halving along every axis brought no fall
+        longest = int(np.argmax(chunks))
+        if chunks[longest] <= int(layout.half[longest]):
+            break  # blocks as small as a box
+        chunks = tuple(math.ceil(c / 2) if k == longest else c for k, c in enumerate(chunks))
+        plans = layout.plans(chunks)
+        need = layout.largest_need(plans)
+        if need < smallest[0]:
+            smallest, flat = (need, chunks), 0
+        else:
+            flat += 1  # no new low: the neighbourhoods, not the blocks, dominate
+    if need > memory_limit:
+        raise ValueError(f"memory_limit={memory_limit} bytes ({memory_limit / gib:.3g} GiB) is below the smallest "
+                         f"need of the blocks tried: {smallest[0]} bytes ({smallest[0] / gib:.3g} GiB) with blocks "
+                         f"of {smallest[1]}, and smaller blocks no longer need less; {advice}")
+    return chunks, plans
 
 
 def _reconcile(found, blocks, out, run) -> tuple[int, int]:
