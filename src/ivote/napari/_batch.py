@@ -14,6 +14,7 @@ from magicgui.widgets import Container, FileEdit, PushButton, Table
 
 from ..io import read_image, write_atomic, write_points_csv
 from ._runner import Runner
+from ._units import unit_name
 from ._widgets_common import Status
 
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp")
@@ -53,7 +54,7 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
                 iter_callback=(lambda i, n: check(index, len(images))) if check is not None else None,
                 **({"blur": settings["blur"]} if settings.get("blur") else {}))
             output = write_points_csv(out_dir / f"{path.stem}_nuclei.csv", found.points, found.scores,
-                                      spacing=spacing, units=_csv_units(settings.get("unit")) if spacing else None)
+                                      spacing=spacing, units=unit_name(settings.get("unit")) if spacing else None)
             row.update(nuclei=len(found.points), output=output.name)
         except (ValueError, OSError, MemoryError) as exc:
             row["error"] = str(exc)
@@ -62,10 +63,6 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
     if check is not None:
         check(len(images), len(images))
     return rows
-
-
-def _csv_units(unit):
-    return {"µm": "um"}.get(unit, unit) if unit not in (None, "px", "world units") else None
 
 
 def write_summary(path, rows) -> Path:

@@ -11,8 +11,9 @@ from napari.layers import Image, Labels, Points
 from .. import _backend
 from ..components import cluster_points, label
 from ..io import write_atomic
-from ._measure_call import measure_labels, unit_of
+from ._measure_call import measure_labels
 from ._runner import Runner
+from ._units import unit_label, unit_name
 from ._widgets_common import (BackendLabel, Status, follow_layer_list, keep_compact, layer_choices, name_controls,
                               tab_with_siblings, world_to_pixels)
 
@@ -78,7 +79,7 @@ class LabelCountWidget(Container):
             source = layer.name[len("labels: "):]
             if source in self.viewer.layers and isinstance(self.viewer.layers[source], Image):
                 self.intensity.value = self.viewer.layers[source]
-        unit = _unit(layer)
+        unit = unit_label(layer.units, layer.metadata, layer.scale) if layer is not None else "px"
         self.distance.label = f"join closer than ({unit})"
 
     def run(self):
@@ -98,7 +99,7 @@ class LabelCountWidget(Container):
             intensity = np.asarray(intensity_layer.data)
         elif isinstance(layer, Image):
             intensity = data
-        spacing, translate, units = tuple(layer.scale), tuple(layer.translate), unit_of(layer.units)
+        spacing, translate, units = tuple(layer.scale), tuple(layer.translate), unit_name(layer.units)
         threshold, connectivity = self.threshold.value, (1 if self.connectivity.value == "faces" else data.ndim)
         known = self._detection_of(layer)  # score and cluster id of the nucleus' detected point, where known
 
@@ -194,9 +195,3 @@ class LabelCountWidget(Container):
         written = write_atomic(path, write)
         self.status.show(f"exported {len(self.features[columns[0]])} rows to {written}")
         return written
-
-
-def _unit(layer) -> str:
-    units = getattr(layer, "units", None) if layer is not None else None
-    name = str(units[-1]) if units else "pixel"
-    return "px" if name == "pixel" else {"micrometer": "µm"}.get(name, name)

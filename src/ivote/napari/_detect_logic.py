@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._units import unit_label
+
 __all__ = [
     "DetectRequest",
     "DetectResult",
@@ -35,7 +37,6 @@ __all__ = [
 
 POINTS_PREFIX = "nuclei: "
 SCORE_COLORMAP = "viridis"
-_PIXEL_UNITS = ("", "pixel", "pixels", "px")
 
 
 class DetectionCancelled(Exception):
@@ -80,19 +81,6 @@ class ImageGeometry:
         return MIN_RADIUS_PIXELS * min(self.scale), high, min(8.0 * pixel, high)
 
 
-def _unit_name(units, metadata: dict | None, scale) -> str:
-    """A short unit label: napari's layer units, else ``metadata['units']``, else px."""
-    names = [str(u) for u in (units or ())]
-    if names and names[-1] not in _PIXEL_UNITS:
-        return {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm"}.get(names[-1], names[-1])
-    meta_unit = (metadata or {}).get("units")
-    if isinstance(meta_unit, str) and meta_unit:
-        return {"um": "µm", "micron": "µm", "micrometer": "µm"}.get(meta_unit, meta_unit)
-    if all(float(s) == 1.0 for s in scale):
-        return "px"
-    return "world units"
-
-
 def image_geometry(shape, *, rgb=False, scale=None, translate=None, units=None, metadata=None) -> ImageGeometry:
     """Geometry of an image layer from its data shape and transform.
 
@@ -115,7 +103,7 @@ def image_geometry(shape, *, rgb=False, scale=None, translate=None, units=None, 
     scale = tuple(float(s) for s in (scale if scale is not None else (1.0,) * ndim))[-ndim:]
     translate = tuple(float(t) for t in (translate if translate is not None else (0.0,) * ndim))[-ndim:]
     units = tuple(units)[-ndim:] if units is not None else None
-    unit = _unit_name(units, metadata, scale)
+    unit = unit_label(units, metadata, scale)
     names = tuple(str(u) for u in units) if units is not None else None
     return ImageGeometry(spatial, scale, translate, unit, bool(rgb), names)
 

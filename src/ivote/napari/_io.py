@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from ..io import read_points_csv, write_points_csv
+from ._units import is_micrometre, unit_name
 
 __all__ = ["get_reader", "read_points", "write_labels", "write_points"]
 
 _PIXEL_HEADERS = (["t", "z", "y", "x"], ["t", "y", "x"], ["z", "y", "x"], ["y", "x"])
-_UNIT_SHORT = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm", "µm": "um"}
 
 
 def _is_points_csv(path: Path) -> bool:
@@ -57,16 +57,6 @@ def get_reader(path):
             return None
         path = path[0]
     return read_points if _is_points_csv(Path(path)) else None
-
-
-def _units_name(units) -> str | None:
-    if units is None:
-        return None
-    names = [str(u) for u in np.atleast_1d(np.asarray(units, dtype=object))]
-    name = names[-1] if names else None
-    if name in (None, "", "pixel", "px"):
-        return None
-    return _UNIT_SHORT.get(name, name)
 
 
 def _known_unit(name: str) -> bool:
@@ -146,8 +136,7 @@ def write_points(path: str, data, attributes: dict) -> list[str]:
     scale = attributes.get("scale")
     translate = attributes.get("translate")
     metadata = attributes.get("metadata") or {}
-    units = _units_name(attributes.get("units")) or metadata.get("units")
-    units = _UNIT_SHORT.get(units, units)
+    units = unit_name(attributes.get("units")) or unit_name(metadata.get("units"))
     if units is not None and not _known_unit(units):  # e.g. 'world units': napari could not re-open it
         units = None
     path = Path(path)
@@ -175,7 +164,6 @@ def _is_ivote_points(attributes: dict) -> bool:
 
 
 _LABEL_AXES = {2: "YX", 3: "ZYX", 4: "TZYX"}
-_MICROMETRE = ("um", "µm", "micrometer", "micron")
 
 
 def write_labels(path: str, data, attributes: dict) -> list[str]:
@@ -195,7 +183,7 @@ def write_labels(path: str, data, attributes: dict) -> list[str]:
     scale = attributes.get("scale")
     units = [str(u) for u in np.atleast_1d(np.asarray(attributes.get("units") or (), dtype=object))]
     metadata_unit = str((attributes.get("metadata") or {}).get("units", ""))
-    physical = (units[-1] if units else metadata_unit) in _MICROMETRE
+    physical = is_micrometre(units[-1] if units else metadata_unit)
     spatial = len(axes.replace("T", ""))
     spacing = tuple(float(s) for s in scale)[-spatial:] if scale is not None and physical else None
     path = Path(path)

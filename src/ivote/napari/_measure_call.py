@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["measure_labels", "unit_of"]
-
-_SHORT = {"micrometer": "um", "µm": "um", "micron": "um", "nanometer": "nm", "millimeter": "mm"}
-
-
-def unit_of(layer_units) -> str | None:
-    """The short unit of a napari layer's last axis (``'um'``), or None for pixels."""
-    names = [str(u) for u in (layer_units or ())]
-    name = names[-1] if names else None
-    if name in (None, "", "pixel", "pixels", "px"):
-        return None
-    return _SHORT.get(name, name)
+__all__ = ["measure_labels"]
 
 
 def measure_labels(labels, *, intensity=None, spacing=None, translate=None, units=None, points=None,
