@@ -237,3 +237,41 @@ def test_only_lazy_grey_layers_are_offered_run_on_whole_volume(make_napari_viewe
     assert widget.volume.native.isHidden()  # the chunked engine takes grey images
     widget.volume.run()
     assert "grey" in widget.status.value or "chunked engine" in widget.status.value
+
+
+def test_choosing_a_dask_volume_to_count_reads_a_few_chunks_for_its_otsu_threshold(make_napari_viewer, nuclei_3d,
+                                                                                 qtbot):
+    """Label and count sets its threshold to Otsu's when a layer is chosen: on a lazy volume it reads a bounded
+    sample of whole chunks (ivote.napari._layer_sample), not the volume, and the threshold is the volume's."""
+    from skimage.filters import threshold_otsu
+
+    from ivote.napari._components_widget import LabelCountWidget
+    from ivote.napari._layer_sample import MAX_SAMPLE
+
+    volume = np.tile(_tiled_volume(nuclei_3d)[0], (4, 1, 1))  # 64 x 256 x 256: 4 M voxels
+    source = CountingArray(volume)
+    viewer = make_napari_viewer()
+    viewer.add_image(da.from_array(source, chunks=(16, 64, 64)), name="vol", scale=nuclei_3d[0].spacing)
+    qtbot.wait(100)  # napari's own reads of the displayed plane
+    source.reads.clear()
+    widget = LabelCountWidget(viewer)
+    assert widget.layer.value is viewer.layers["vol"]
+    assert 0 < source.voxels_read() <= MAX_SAMPLE <= volume.size / 4
+    expected = threshold_otsu(volume)
+    assert abs(widget.threshold.value - expected) < 0.05 * np.ptp(volume), (widget.threshold.value, expected)
+
+
+def test_layer_sample_is_bounded_for_every_kind_of_array(tmp_path):
+    from ivote.napari._layer_sample import layer_sample
+
+    zarr = pytest.importorskip("zarr")
+    image = np.arange(300 * 400, dtype=np.float32).reshape(300, 400)
+    stored = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=image.shape, chunks=(50, 50), dtype="f4")
+    stored[:] = image
+    for data in (image, da.from_array(image, chunks=(64, 100)), stored):
+        sample = layer_sample(data, max_elements=30_000)
+        assert 6_000 <= sample.size <= 30_000 and np.isin(sample, image).all()
+        assert sample.min() < 0.1 * image.max() and sample.max() > 0.9 * image.max()  # spread over the image
+    np.testing.assert_array_equal(layer_sample(image, max_elements=image.size), image)
+    pyramid = [image, image[::2, ::2], image[::4, ::4]]
+    np.testing.assert_array_equal(layer_sample(pyramid, multiscale=True, max_elements=10_000), image[::4, ::4])

@@ -11,6 +11,7 @@ from napari.layers import Image, Labels, Points
 from .. import _backend
 from ..components import cluster_points, label
 from ..io import write_atomic
+from ._layer_sample import layer_sample
 from ._measure_call import measure_labels
 from ._runner import Runner
 from ._units import unit_label, unit_name
@@ -73,8 +74,8 @@ class LabelCountWidget(Container):
         if isinstance(layer, Image) and not layer.rgb:
             from skimage.filters import threshold_otsu
 
-            data = np.asarray(layer.data[-1] if layer.multiscale else layer.data)  # the smallest level: quick
-            self.threshold.value = float(threshold_otsu(data)) if data.min() < data.max() else float(data.min())
+            sample = layer_sample(layer.data, multiscale=layer.multiscale)  # a few chunks of a lazy image, not all
+            self.threshold.value = float(threshold_otsu(sample)) if sample.min() < sample.max() else float(sample.min())
         if isinstance(layer, Labels) and layer.name.startswith("labels: "):
             source = layer.name[len("labels: "):]
             if source in self.viewer.layers and isinstance(self.viewer.layers[source], Image):
