@@ -74,6 +74,7 @@ def test_widgets_are_magicgui_containers_with_named_tooltipped_controls(make_nap
     from ivote.napari._components_widget import LabelCountWidget
     from ivote.napari._features_widget import FeaturesWidget
     from ivote.napari._segment_widget import SegmentWidget
+    from ivote.napari._widgets_common import DockWidget
 
     viewer = _viewer_with(make_napari_viewer, small)
     for cls, names in ((_detect_cls(), ("image", "radius", "polarity", "blur", "threshold")),
@@ -81,7 +82,8 @@ def test_widgets_are_magicgui_containers_with_named_tooltipped_controls(make_nap
                        (FeaturesWidget, ("image", "filters", "epochs")),
                        (LabelCountWidget, ("layer", "threshold", "distance", "table"))):
         widget = cls(viewer)
-        assert isinstance(widget, Container)
+        assert isinstance(widget, DockWidget) and isinstance(widget, Container)
+        assert widget[-1] is widget.backend_label and widget.backend_label.value  # where it runs, last
         for name in names:
             assert widget[name].name == name
         controls = [w for w in _walk(widget) if isinstance(w, ValueWidget) and w.enabled is not None
@@ -664,3 +666,25 @@ def test_one_threshold_step_refilters_once(make_napari_viewer, small, qtbot, cou
         qtbot.keyClick(slider, key)
         assert len(count_refilters) == 1, key
         assert (len(layer.data) < before) if key == Qt.Key.Key_End else (len(layer.data) > before)
+
+
+def test_a_dock_job_switches_its_buttons_and_updates_its_result_layer(make_napari_viewer, small, qtbot):
+    """DockWidget.start: Run off while the job runs, on after; show_result: a second run updates the same
+    'components: <image>' layer, on the image's transform."""
+    from ivote.napari._components_widget import LabelCountWidget
+
+    viewer = _viewer_with(make_napari_viewer, small, translate=(3.0, -2.0))
+    widget = LabelCountWidget(viewer)
+    widget.layer.value = viewer.layers["cells"]
+    widget.run()
+    assert not widget.run_button.enabled
+    _wait(qtbot, widget)
+    assert widget.run_button.enabled
+    first = viewer.layers["components: cells"]
+    np.testing.assert_allclose(first.scale, small.spacing)
+    np.testing.assert_allclose(first.translate, (3.0, -2.0))
+    widget.threshold.value = widget.threshold.value * 1.5
+    widget.run()
+    _wait(qtbot, widget)
+    assert viewer.layers["components: cells"] is first and len(viewer.layers) == 2
+    np.testing.assert_array_equal(first.data > 0, small.image > widget.threshold.value)

@@ -13,21 +13,18 @@ from ..components import cluster_points, label
 from ..io import write_atomic
 from ._layer_sample import layer_sample
 from ._measure_call import measure_labels
-from ._runner import Runner
+from ._names import COMPONENTS, LABELS, NUCLEI, result_name, source_name
 from ._units import unit_label, unit_name
-from ._widgets_common import (BackendLabel, Status, follow_layer_list, keep_compact, layer_choices, name_controls,
-                              tab_with_siblings, world_to_pixels)
+from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
 
 MAX_TABLE_ROWS = 10_000  # the widget's table; the layer's features and the CSV export hold every row
-COMPONENTS_PREFIX = "components: "
 SINGLE_COLOR = (0.6, 0.6, 0.6, 1.0)
 
 
-class LabelCountWidget(Container):
+class LabelCountWidget(DockWidget):
     """Count and measure the nuclei of a Labels layer, a thresholded image, or clusters of points."""
 
     def __init__(self, napari_viewer):
-        self.viewer = napari_viewer
         self.layer = ComboBox(label="layer", choices=layer_choices(napari_viewer, (Labels, Image, Points)),
                               tooltip="Labels: count and measure its labels. Image: threshold, label the "
                                       "connected components, measure. Points: cluster points closer than a distance.")
@@ -47,24 +44,14 @@ class LabelCountWidget(Container):
         self.status = Status()
         self.table = Table(value={"label": []}, label="measurements",
                            tooltip="Per-nucleus measurements (also in the layer's features table).")
-        name_controls(self)
-        super().__init__(widgets=[self.layer, self.intensity, self.threshold, self.connectivity, self.distance,
-                                  Container(widgets=[self.run_button, self.export_button], layout="horizontal",
-                                            labels=False), self.status, self.table,
-                                  BackendLabel()])
-        keep_compact(self)
-        tab_with_siblings(self.native)
-        self.runner = Runner(napari_viewer, self.native, self.status.show)
+        buttons = Container(widgets=[self.run_button, self.export_button], layout="horizontal", labels=False)
+        super().__init__(napari_viewer, [self.layer, self.intensity, self.threshold, self.connectivity,
+                                         self.distance, buttons, self.status, self.table], run_button=self.run_button)
         self.features = None
         self.run_button.changed.connect(self.run)
         self.export_button.changed.connect(lambda: self.export())
         self.layer.changed.connect(self._on_layer_changed)
-        follow_layer_list(self, napari_viewer)
         self._on_layer_changed()
-
-    @property
-    def busy(self) -> bool:
-        return self.runner.busy
 
     def _on_layer_changed(self, *_):
         layer = self.layer.value
@@ -76,8 +63,8 @@ class LabelCountWidget(Container):
 
             sample = layer_sample(layer.data, multiscale=layer.multiscale)  # a few chunks of a lazy image, not all
             self.threshold.value = float(threshold_otsu(sample)) if sample.min() < sample.max() else float(sample.min())
-        if isinstance(layer, Labels) and layer.name.startswith("labels: "):
-            source = layer.name[len("labels: "):]
+        source = source_name(layer.name, LABELS) if isinstance(layer, Labels) else None
+        if source is not None:
             if source in self.viewer.layers and isinstance(self.viewer.layers[source], Image):
                 self.intensity.value = self.viewer.layers[source]
         unit = unit_label(layer.units, layer.metadata, layer.scale) if layer is not None else "px"
@@ -89,9 +76,8 @@ class LabelCountWidget(Container):
             return self.status.show("Choose a Labels, a grey-level Image or a Points layer.", error=True)
         if isinstance(layer, Points):
             points, distance, spacing = np.asarray(layer.data), self.distance.value, tuple(layer.scale)
-            self.runner.start(lambda job: cluster_points(points, distance=distance, spacing=spacing),
-                              lambda result: self._show_clusters(layer, result), desc="Clustering nuclei",
-                              inputs=(layer,))
+            self.start(lambda job: cluster_points(points, distance=distance, spacing=spacing),
+                       lambda result: self._show_clusters(layer, result), desc="Clustering nuclei", inputs=(layer,))
             return
         data = np.asarray(layer.data[0] if layer.multiscale else layer.data)
         intensity_layer = self.intensity.value
@@ -113,14 +99,14 @@ class LabelCountWidget(Container):
 
         self.status.show("working…")
         inputs = (layer,) + ((intensity_layer,) if intensity_layer is not None else ())
-        self.runner.start(work, lambda result: self._show_labels(layer, *result), desc="Measuring nuclei",
-                          inputs=inputs)
+        self.start(work, lambda result: self._show_labels(layer, *result), desc="Measuring nuclei", inputs=inputs)
 
     def _detection_of(self, layer) -> dict:
         """The points, scores and cluster ids of ``nuclei: <image>`` for ``labels: <image>``, in its pixels."""
-        if not (isinstance(layer, Labels) and layer.name.startswith("labels: ")):
+        source = source_name(layer.name, LABELS) if isinstance(layer, Labels) else None
+        if source is None:
             return {}
-        name = "nuclei: " + layer.name[len("labels: "):]
+        name = result_name(NUCLEI, source)
         points = self.viewer.layers[name] if name in self.viewer.layers else None
         if not isinstance(points, Points) or len(points.data) == 0 or points.ndim != layer.ndim:
             return {}
@@ -135,14 +121,8 @@ class LabelCountWidget(Container):
         if isinstance(layer, Labels):
             target = layer
         else:
-            name = COMPONENTS_PREFIX + layer.name
-            if name in self.viewer.layers:
-                target = self.viewer.layers[name]
-                target.data = labels
-            else:
-                target = self.viewer.add_labels(labels, name=name, scale=layer.scale, translate=layer.translate,
-                                                rotate=layer.rotate, shear=layer.shear,
-                                                affine=layer.affine.affine_matrix, units=layer.units)
+            target = show_result(self.viewer, result_name(COMPONENTS, layer.name), labels,
+                                 **spatial_transform(layer, labels.ndim))
         features = {"index": table["label"], **table}
         target.features = features
         self.features = features

@@ -8,17 +8,16 @@ from napari.layers import Image
 
 from ._batch import BatchPanel
 from ._detect_volume import VolumePanel
-from ._widgets_common import BackendLabel, Status, keep_compact, layer_choices, name_controls, tab_with_siblings
+from ._widgets_common import DockWidget, Status, layer_choices
 
 _RADIUS_TIP = ("Largest nucleus radius, in the image's physical units: about 1.5x the typical one. "
                "Nuclei found twice: increase it; touching nuclei merged: decrease it.")
 
 
-class DetectForm(Container):
+class DetectForm(DockWidget):
     """The controls, found by name (``form["radius"]``); layer choices follow the viewer's layer list."""
 
     def __init__(self, napari_viewer):
-        self.viewer = napari_viewer
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to search (2D, 3D, or 2D RGB such as H&E).")
         self.radius = FloatSlider(label="radius (px)", min=1.0, max=100.0, value=8.0, step=0.1, tooltip=_RADIUS_TIP)
@@ -42,7 +41,6 @@ class DetectForm(Container):
         self.export_button = PushButton(text="Export points…", tooltip="Save the Run's points as CSV (pixel and "
                                         "world coordinates, score, scale and unit).")
         self.status = Status()
-        self.backend_label = BackendLabel()
         self.batch = BatchPanel(self, tooltip="Apply the current settings to every image in a folder: one "
                                               "points CSV per image and a summary table of counts.")
         self.folder_button = PushButton(text="Run on folder…", tooltip="Show the folder panel: the current "
@@ -51,11 +49,9 @@ class DetectForm(Container):
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
         more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
         self.batch.visible = False
-        name_controls(self)
-        super().__init__(widgets=[self.image, self.radius, self.polarity, self.blur, self.threshold, self.auto_threshold,
-                                  self.live, buttons, self.volume, more, self.status, self.batch, self.backend_label])
-        keep_compact(self)
-        tab_with_siblings(self.native)
+        super().__init__(napari_viewer, [self.image, self.radius, self.polarity, self.blur, self.threshold,
+                                         self.auto_threshold, self.live, buttons, self.volume, more, self.status,
+                                         self.batch])
 
     def fit_to(self, geometry, *, keep_radius: bool):
         """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB."""

@@ -29,7 +29,7 @@ class Shown:
 
     @property
     def layer_name(self) -> str:
-        return (PREVIEW_PREFIX if self.preview else logic.POINTS_PREFIX) + self.image.name
+        return PREVIEW_PREFIX + self.image.name if self.preview else logic.points_layer_name(self.image.name)
 
 
 def show(viewer, shown: Shown, threshold) -> tuple[int, float]:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._names import NUCLEI, result_name
 from ._units import unit_label
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "score_range",
 ]
 
-POINTS_PREFIX = "nuclei: "
 SCORE_COLORMAP = "viridis"
 
 
@@ -45,7 +45,7 @@ class DetectionCancelled(Exception):
 
 def points_layer_name(image_name: str) -> str:
     """Name of the Points layer holding the nuclei found in ``image_name``."""
-    return f"{POINTS_PREFIX}{image_name}"
+    return result_name(NUCLEI, image_name)
 
 
 @dataclass(frozen=True)

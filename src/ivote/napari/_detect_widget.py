@@ -14,7 +14,7 @@ from . import _detect_layers as layers
 from . import _detect_logic as logic
 from ._detect_form import DetectForm
 from ._runner import Runner
-from ._widgets_common import connect_while_docked, follow_layer_list
+from ._widgets_common import connect_while_docked
 
 DEBOUNCE_MS = 300
 PREVIEW_PREFIX, WINDOW_PREFIX = layers.PREVIEW_PREFIX, layers.WINDOW_PREFIX
@@ -33,7 +33,6 @@ class DetectWidget(DetectForm):
         self._radius_touched = False
         self._run: layers.Shown | None = None
         self._preview: layers.Shown | None = None
-        self.runner = Runner(napari_viewer, self.native, self.status.show)
         self.preview_runner = Runner(napari_viewer, self.native, self.status.show, report_cancel=False)
         self.batch.attach()
         self.volume.attach()
@@ -50,7 +49,6 @@ class DetectWidget(DetectForm):
         self.cancel_button.changed.connect(self.cancel)
         self.export_button.changed.connect(lambda: self.export())
         self.folder_button.changed.connect(lambda: setattr(self.batch, "visible", not self.batch.visible))
-        follow_layer_list(self, napari_viewer)
         connect_while_docked(self, napari_viewer.layers.events.removed, self._on_layer_removed)
         connect_while_docked(self, napari_viewer.dims.events.current_step, self._on_plane_changed)
         self._on_image_changed()

@@ -6,16 +6,14 @@ from magicgui.widgets import CheckBox, ComboBox, Container, PushButton, SpinBox
 from napari.layers import Image
 
 from ..features import learn_features
-from ._runner import Runner
-from ._widgets_common import (BackendLabel, Status, follow_layer_list, keep_compact, layer_choices,
-                              name_controls, spatial_transform, tab_with_siblings)
+from ._names import FEATURES, result_name
+from ._widgets_common import DockWidget, Status, layer_choices, spatial_transform
 
 
-class FeaturesWidget(Container):
+class FeaturesWidget(DockWidget):
     """Train a convolutional RBM on an image layer; its detection input becomes an Image layer."""
 
     def __init__(self, napari_viewer):
-        self.viewer = napari_viewer
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to learn filters from.")
         self.filters = SpinBox(label="filters", min=1, max=256, value=16, tooltip="Number of learned filters.")
@@ -31,27 +29,18 @@ class FeaturesWidget(Container):
         self.use_button = PushButton(text="Use as detection input", enabled=False,
                                      tooltip="Add 'features: <image>', a single map to pick in Detect nuclei.")
         self.status = Status()
-        name_controls(self)
-        super().__init__(widgets=[self.image, self.filters, self.size, self.stride, self.epochs, self.show_stacks,
-                                  Container(widgets=[self.train_button, self.cancel_button], layout="horizontal",
-                                            labels=False), self.use_button, self.status,
-                                  BackendLabel()])
-        keep_compact(self)
-        tab_with_siblings(self.native)
-        self.runner = Runner(napari_viewer, self.native, self.status.show)
+        buttons = Container(widgets=[self.train_button, self.cancel_button], layout="horizontal", labels=False)
+        super().__init__(napari_viewer, [self.image, self.filters, self.size, self.stride, self.epochs,
+                                         self.show_stacks, buttons, self.use_button, self.status],
+                         run_button=self.train_button, cancel_button=self.cancel_button)
         self.result = None
         self._source = None
         self.train_button.changed.connect(self.train)
         self.cancel_button.changed.connect(self.cancel)
         self.use_button.changed.connect(self.use_as_detection_input)
-        follow_layer_list(self, napari_viewer)
 
     def image_layer(self) -> Image | None:
         return self.image.value
-
-    @property
-    def busy(self) -> bool:
-        return self.runner.busy
 
     def train(self):
         layer = self.image.value
@@ -67,17 +56,9 @@ class FeaturesWidget(Container):
 
             return learn_features(data, progress=progress, **options)
 
-        self.train_button.enabled, self.cancel_button.enabled = False, True
         self.status.show(f"training on {layer.name}…")
-        self.runner.start(work, lambda result: self._show(layer, result), desc="Learning features",
-                          total=options["epochs"], inputs=(layer,), on_end=self._idle)
-
-    def _idle(self):
-        self.train_button.enabled, self.cancel_button.enabled = True, False
-
-    def cancel(self):
-        self.runner.cancel()
-        self._idle()
+        self.start(work, lambda result: self._show(layer, result), desc="Learning features", total=options["epochs"],
+                   inputs=(layer,))
 
     def _show(self, layer, result):
         self.result, self._source = result, layer
@@ -86,7 +67,7 @@ class FeaturesWidget(Container):
             stack = {key: (1.0,) + tuple(value) if key == "scale" else value for key, value in transform.items()
                      if key in ("scale",)}
             for kind, data, cmap in (("filters", result.filters, "PiYG"), ("feature maps", result.feature_maps, "magma")):
-                self._add(f"{kind}: {layer.name}", data, kind, visible=False, colormap=cmap, **stack)
+                self._add(result_name(kind, layer.name), data, kind, visible=False, colormap=cmap, **stack)
         self.use_button.enabled = True
         errors = result.reconstruction_errors
         self.status.show(f"{result.filters.shape[0]} filters learned; reconstruction error "
@@ -98,13 +79,13 @@ class FeaturesWidget(Container):
         if self.result is None or self._source is None or self._source not in self.viewer.layers:
             return self.status.show("Train first.", error=True)
         layer = self._source
-        name = f"features: {layer.name}"
+        name = result_name(FEATURES, layer.name)
         self._add(name, self.result.detection_input, "detection input", colormap="gray", blending="additive",
                   **spatial_transform(layer, layer.ndim))
         self.status.show(f"added '{name}': pick it as the image in 'Detect nuclei' (bright nuclei)")
         return self.viewer.layers[name]
 
     def _add(self, name, data, kind, **kwargs):
-        if name in self.viewer.layers:
+        if name in self.viewer.layers:  # a new layer: contrast limits and stack axes of the new result
             self.viewer.layers.remove(name)
         self.viewer.add_image(data, name=name, metadata={"ivote_kind": kind}, **kwargs)

@@ -13,13 +13,9 @@ from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
 from ._detect_logic import image_geometry
-from ._runner import Runner
-from ._writer_order import prefer_ivote_writers
-from ._widgets_common import (BackendLabel, Status, follow_layer_list, keep_compact, layer_choices,
-                              name_controls, spatial_transform, tab_with_siblings, world_to_pixels)
+from ._names import LABELS, NUCLEI, result_name
+from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
 
-POINTS_PREFIX = "nuclei: "  # the detection widget's output layer
-LABELS_PREFIX = "labels: "
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
            ("lambda2", "λ₂ (outside fit)", "lambda2", "Weight of the fit of the background intensity."),
            ("mu", "μ (smoothness)", "mu", "Curvature weight: larger gives smoother outlines."),
@@ -32,11 +28,10 @@ def seeds_in_pixels(points: Points, image: Image) -> np.ndarray:
     return world_to_pixels(points, image)
 
 
-class SegmentWidget(Container):
+class SegmentWidget(DockWidget):
     """Outline nuclei by interacting level sets seeded at a Points layer."""
 
     def __init__(self, napari_viewer):
-        self.viewer = napari_viewer
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer whose nuclei are outlined.")
         self.seeds = ComboBox(label="seeds", choices=layer_choices(napari_viewer, Points),
@@ -59,23 +54,14 @@ class SegmentWidget(Container):
         self.weights_panel = Container(widgets=list(self.weights.values()), visible=False)
         self.advanced.changed.connect(lambda on: setattr(self.weights_panel, "visible", on))
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        name_controls(self)
-        super().__init__(widgets=[self.image, self.seeds, self.radius, self.polarity, self.iterations,
-                                  self.advanced, self.weights_panel, buttons, self.status,
-                                  BackendLabel()])
-        keep_compact(self)
-        tab_with_siblings(self.native)
-        self.runner = Runner(napari_viewer, self.native, self.status.show)
+        super().__init__(napari_viewer, [self.image, self.seeds, self.radius, self.polarity, self.iterations,
+                                         self.advanced, self.weights_panel, buttons, self.status],
+                         run_button=self.run_button, cancel_button=self.cancel_button)
         self.run_button.changed.connect(self.run)
         self.cancel_button.changed.connect(self.cancel)
         self.image.changed.connect(self._on_image_changed)
         self.seeds.changed.connect(self._on_seeds_changed)
-        follow_layer_list(self, napari_viewer)
         self._on_image_changed()
-
-    @property
-    def busy(self) -> bool:
-        return self.runner.busy
 
     def _geometry(self):
         layer = self.image.value
@@ -92,7 +78,7 @@ class SegmentWidget(Container):
             adopt_file_scale(self.image.value)  # a layer opened by a reader that set no pixel size
         layer, geometry = self.image.value, self._geometry()
         if layer is not None:
-            preferred = POINTS_PREFIX + layer.name
+            preferred = result_name(NUCLEI, layer.name)
             if preferred in self.viewer.layers and isinstance(self.viewer.layers[preferred], Points):
                 self.seeds.value = self.viewer.layers[preferred]
             if layer.rgb:
@@ -137,29 +123,12 @@ class SegmentWidget(Container):
             return _backend.to_host(segment_nuclei(data, seeds, iter_callback=lambda i, _c: job.check(i, total),
                                                    **kwargs))
 
-        self.cancel_button.enabled, self.run_button.enabled = True, False
         self.status.show(f"segmenting {len(seeds)} seeds…")
-        self.runner.start(work, lambda labels: self._show(image, labels, len(seeds)), desc="Segmenting nuclei",
-                          total=total, inputs=(image, points), on_end=self._idle)
-
-    def _idle(self):
-        self.cancel_button.enabled, self.run_button.enabled = False, True
-
-    def cancel(self):
-        self.runner.cancel()
-        self._idle()
+        self.start(work, lambda labels: self._show(image, labels, len(seeds)), desc="Segmenting nuclei",
+                   total=total, inputs=(image, points))
 
     def _show(self, image, labels, n_seeds):
-        name = LABELS_PREFIX + image.name
-        transform = spatial_transform(image, labels.ndim)
-        if name in self.viewer.layers:
-            layer = self.viewer.layers[name]
-            layer.data = labels
-            for key, value in transform.items():
-                setattr(layer, key, value)
-        else:
-            prefer_ivote_writers()  # File > Save on this layer: OME-TIFF with its pixel sizes
-            self.viewer.add_labels(labels, name=name, **transform)
+        show_result(self.viewer, result_name(LABELS, image.name), labels, **spatial_transform(image, labels.ndim))
         count = len(np.unique(labels)) - 1
         self.status.show(f"{count} nuclei from {n_seeds} seeds" +
                          (f" ({n_seeds - count} dropped: faint, merged or duplicate)" if count < n_seeds else ""))

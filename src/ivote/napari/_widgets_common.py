@@ -1,4 +1,5 @@
-"""Small pieces the four magicgui dock widgets share: layer choices, status line, transforms, names."""
+"""What the four magicgui dock widgets share: their base (:class:`DockWidget`), layer choices, status line,
+transforms, result layers."""
 
 from __future__ import annotations
 
@@ -70,6 +71,70 @@ def keep_compact(container: Container, max_height: int = 520):
     for widget in container:
         if isinstance(widget, Table):
             widget.native.setMaximumHeight(max_height // 2)
+
+
+class DockWidget(Container):
+    """The set-up the four docks share, so that each widget holds only its own form and calls.
+
+    Its controls are named after their attributes; the backend label comes last; the dock stays compact and
+    tabs with the plugin's other docks; layer choices follow the layer list; ``self.runner`` runs its core
+    calls (:class:`~ivote.napari._runner.Runner`), and :meth:`start` and :meth:`cancel` switch the Run and
+    Cancel buttons given here for the duration of a job. The subclass sets its controls (``self.status``
+    among them) before calling ``super().__init__``.
+    """
+
+    def __init__(self, napari_viewer, widgets, *, run_button=None, cancel_button=None):
+        from ._runner import Runner
+
+        self.viewer = napari_viewer
+        self.backend_label = BackendLabel()
+        self._buttons = (run_button, cancel_button)
+        name_controls(self)
+        super().__init__(widgets=[*widgets, self.backend_label])
+        keep_compact(self)
+        tab_with_siblings(self.native)
+        self.runner = Runner(napari_viewer, self.native, self.status.show)
+        follow_layer_list(self, napari_viewer)
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy
+
+    def start(self, work, on_result, *, desc: str, total: int = 0, inputs=()):
+        """``self.runner.start``, with Run off and Cancel on until the job ends."""
+        self._running(True)
+        return self.runner.start(work, on_result, desc=desc, total=total, inputs=inputs,
+                                 on_end=lambda: self._running(False))
+
+    def cancel(self):
+        self.runner.cancel()
+        self._running(False)
+
+    def _running(self, running: bool):
+        run_button, cancel_button = self._buttons
+        if run_button is not None:
+            run_button.enabled = not running
+        if cancel_button is not None:
+            cancel_button.enabled = running
+
+
+def show_result(viewer, name: str, data, layer_type: str = "labels", **attributes):
+    """Put a dock's result into the layer ``name``: its data and ``attributes`` (e.g. the image's
+    transform) replace those of the layer of that name and type, else a new layer is added (a Labels
+    layer then saves as OME-TIFF with its pixel sizes: ``prefer_ivote_writers``). Returns the layer."""
+    layer = viewer.layers[name] if name in viewer.layers else None
+    if layer is not None and type(layer).__name__.lower() == layer_type:
+        layer.data = data
+        for key, value in attributes.items():
+            setattr(layer, key, value)
+        return layer
+    if layer is not None:
+        viewer.layers.remove(layer)
+    if layer_type == "labels":
+        from ._writer_order import prefer_ivote_writers
+
+        prefer_ivote_writers()
+    return getattr(viewer, f"add_{layer_type}")(data, name=name, **attributes)
 
 
 class BackendLabel(Label):
