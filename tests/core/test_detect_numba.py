@@ -164,6 +164,27 @@ def test_numba_contrast_test_equals_numpy():
     np.testing.assert_array_equal(blurless.candidates, iterative_voting(noise, radius=6.0, blur=0, backend="numpy").candidates)
 
 
+def test_numba_contrast_numerators_equal_numpy_at_borders_and_inside():
+    """The compiled numerators against ``_contrast.contrast_numerators`` (float64 image in,
+    float32 comparisons), at corners, borders, bumps and random cells, both polarities, 2D and 3D."""
+    from ivote.detect._contrast import bump_ring, contrast_numerators
+
+    rng = np.random.default_rng(11)
+    for shape, radius, spacing in (((40, 46), 6.2, (1.0, 1.0)), ((10, 24, 25), 4.5, (2.0, 1.0, 1.0))):
+        plan = make_plan(radius, spacing, len(shape))
+        s = ndimage.gaussian_filter(rng.random(shape), 1.5) + np.linspace(0, 0.02, shape[-1])
+        coords = np.stack([rng.integers(0, n, 40) for n in shape], axis=1)
+        coords[0] = 0
+        coords[1, 0] = shape[0] - 1
+        for sign in (1.0, -1.0):
+            peaks = np.argwhere(ndimage.maximum_filter(sign * s, size=5) == sign * s)[:10]
+            points = np.concatenate([coords, peaks])
+            expected = contrast_numerators(s.astype(np.float32), points, plan.window, sign, bump_ring(plan))
+            got = _numba.contrast_numerators(s, points, plan.window, sign, bump_ring(plan))
+            np.testing.assert_array_equal(got, expected)
+            assert got[0] == 0.0 and np.count_nonzero(got) > 3
+
+
 def test_numba_flat_and_non_finite_images():
     flat = iterative_voting(np.full((32, 32), 7.0), radius=4.0, backend="numba", return_votes=True)
     assert len(flat.points) == 0 and flat.n_passes == 0 and not flat.vote_field.any()

@@ -15,8 +15,16 @@ cone test is made at all; in the first pass, a fine map of direction bins
 leaves only a thin ring of offsets to test. A voter adds its weight to a run
 as two marks of a difference array (+w at its start, -w after its end) that a
 running sum along each row turns into the vote field; the turn reads each run's
-largest vote in two reads of a sparse table of row maxima. A pass's turn and
-the next pass's votes are one loop.
+largest vote pixel by pixel or in two reads of a sparse table of row maxima.
+
+Voters are handled by class: each pass, the voters of a slab are sorted by
+class (offset direction k, or the fine bin of their own direction) with a
+stable counting sort (``_regroup``), so the voters of a group walk the same
+list of runs: the vote runs run by run over the group's voters, the turn
+voter by voter over the same items, and no loop's length changes from one
+voter to the next (a short loop whose length the branch predictor cannot
+guess cost more than the marks themselves: measured 3x on the votes of the
+later passes).
 
 Races: a voter marks pixels within ``plan.window`` of it (one more along the
 last axis). The image is cut into slabs at least twice the window thick along
@@ -53,6 +61,8 @@ from ._reference import close_pairs
 from ._result import RawDetection
 from ._run_tables import discrete_runs, fine_cells, fine_runs, split_runs
 
+_DIRECT = 4
+"""Runs up to this long are read pixel by pixel in a turn, longer ones in the sparse table."""
 _TOP_LEVELS = {2: 3, 3: 2}
 """Sparse-table levels above the vote field: a run of up to 2**(levels + 1) pixels is two
 reads (2D: 16, longer runs are cut; 3D, shorter runs and larger fields: 8)."""
@@ -182,73 +192,202 @@ def _in_cone(physical, limits, k, az, ay, ax, norm, ndim):
 
 
 @njit(cache=True, nogil=True)
-def _vote(first_slab, last_slab, tops, marks, frame_flat, weights, directions, ks, slab_starts, colour_slabs, ndim,
-          turn, turn_cells, turn_starts, turn_step, turn_len, turn_k, turn_level, turn_physical, turn_limits,
-          cells, item_starts, item_step, item_len, item_k, item_level, physical, limits):
+def _first_classes(first, last, cls, directions, cells, n_offsets, ndim):
+    """Voters first..last: the first pass's class, ``n_offsets`` plus the fine bin of the voter's own direction."""
+    zero = np.float32(0.0)
+    for v in range(first, last):
+        az = np.float32(directions[v, 0]) if ndim == 3 else zero
+        cls[v] = n_offsets + _direction_bin(az, np.float32(directions[v, ndim - 2]),
+                                            np.float32(directions[v, ndim - 1]), cells, ndim)
+
+
+@njit(cache=True, nogil=True)
+def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls):
+    """Slabs first..last: their voters sorted by class (a stable counting sort, so
+    flat order within a class): ``perm`` (the voter at each place), its frame
+    index ``gff``, weight ``gw`` and class ``gcls``."""
+    count = np.zeros(n_classes + 1, dtype=np.int64)
+    for slab in range(first_slab, last_slab):
+        a, b = slab_starts[slab], slab_starts[slab + 1]
+        for v in range(a, b):
+            count[cls[v] + 1] += 1
+        for c in range(n_classes):
+            count[c + 1] += count[c]
+        for v in range(a, b):
+            c = cls[v]
+            place = a + count[c]
+            count[c] += 1
+            perm[place] = v
+            gff[place] = frame_flat[v]
+            gw[place] = weights[v]
+            gcls[place] = c
+        count[:] = 0
+
+
+@njit(cache=True)
+def _group_end(gcls, v, b):
+    """The end of the group of equal classes starting at v (before b)."""
+    c = gcls[v]
+    e = v + 1
+    while e < b and gcls[e] == c:
+        e += 1
+    return e
+
+
+@njit(cache=True)
+def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
+    """The float32 directions and lengths of the group v..e, from 0 in the scratch arrays."""
+    zero = np.float32(0.0)
+    for i in range(v, e):
+        o = perm[i]
+        z = np.float32(directions[o, 0]) if ndim == 3 else zero
+        y = np.float32(directions[o, ndim - 2])
+        x = np.float32(directions[o, ndim - 1])
+        az[i - v], ay[i - v], ax[i - v] = z, y, x
+        norm[i - v] = np.sqrt((z * z + y * y) + x * x) if ndim == 3 else np.sqrt(y * y + x * x)
+
+
+@njit(cache=True, nogil=True)
+def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
+          starts, step, length, item_k, physical, limits):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
-    Each voter first turns (``turn``, with the last pass's tables ``turn_*``)
-    towards the largest vote of its cone in the last pass's field ``tops[0]``
-    (the first offset, in lexicographic order, on ties; a run's largest vote is
-    two reads of the sparse table ``tops``, ``_scan_rows``): its direction
-    becomes offset direction k (``ks[v]``), unchanged if its cone holds no vote.
-    Then it adds its weight to every pixel of its cone in this pass, as the
-    marks of a difference array along rows (+w where a run starts, -w after it
-    ends). Its class in a table: k, or (its own direction, ``ks[v] = -1``) the
-    number of offsets plus its fine bin, whose ring offsets are tested.
-
-    The loops are written out here, not in helpers: an inlined helper taking
-    arrays ran 2.4x slower (measured).
+    Each voter adds its weight to every pixel of its cone, as the marks of a
+    difference array along rows (+w where a run starts, -w after it ends). The
+    voters of a slab come grouped by class (``_regroup``): a class below the
+    number of offsets K is offset direction k, whose cone is a fixed list of
+    runs, so the loop runs item by item over the group's voters (no branch on
+    the voter, no test); a class K + b is fine bin b of a voter's own direction,
+    whose ring offsets are tested voter by voter (the kernels' float32 test,
+    without a branch: the weight or 0).
     """
     n_offsets = len(limits)
-    zero = np.float32(0.0)
+    widest = 0
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
-        for v in range(slab_starts[slab], slab_starts[slab + 1]):
-            t = frame_flat[v]
-            k = ks[v]
-            az, ay, ax, norm, c = zero, zero, zero, zero, k
-            if k < 0:
-                az = np.float32(directions[v, 0]) if ndim == 3 else zero
-                ay = np.float32(directions[v, ndim - 2])
-                ax = np.float32(directions[v, ndim - 1])
-                norm = np.sqrt((az * az + ay * ay) + ax * ax) if ndim == 3 else np.sqrt(ay * ay + ax * ax)
-                c = n_offsets + _direction_bin(az, ay, ax, turn_cells if turn else cells, ndim)
-            if turn:
-                best = np.uint32(0)
-                best_item = -1
-                for item in range(turn_starts[c], turn_starts[c + 1]):
-                    n = turn_len[item]
-                    if n == 0:
-                        if not _in_cone(turn_physical, turn_limits, turn_k[item], az, ay, ax, norm, ndim):
-                            continue
-                        n = 1
-                    here = t + turn_step[item]
-                    level = turn_level[item]
-                    top = max(tops[level, here], tops[level, here + n - (1 << level)])
-                    if top > best:
-                        best = top
-                        best_item = item
-                if best_item >= 0:
-                    here = t + turn_step[best_item]
+        widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
+    az = np.empty(widest, dtype=np.float32)
+    ay, ax, norm = np.empty_like(az), np.empty_like(az), np.empty_like(az)
+    for slab_index in range(first_slab, last_slab):
+        slab = colour_slabs[slab_index]
+        b = slab_starts[slab + 1]
+        v = slab_starts[slab]
+        while v < b:
+            c = gcls[v]
+            e = _group_end(gcls, v, b)
+            if c >= n_offsets:
+                _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
+            for item in range(starts[c], starts[c + 1]):
+                s = step[item]
+                n = length[item]
+                if n > 0:
+                    for i in range(v, e):
+                        here = gff[i] + s
+                        w = gw[i]
+                        marks[here] += w
+                        marks[here + n] -= w
+                else:  # a ring offset
+                    k = item_k[item]
+                    for i in range(v, e):
+                        j = i - v
+                        inside = _in_cone(physical, limits, k, az[j], ay[j], ax[j], norm[j], ndim)
+                        w = gw[i] if inside else gw[i] - gw[i]
+                        here = gff[i] + s
+                        marks[here] += w
+                        marks[here + 1] -= w
+            v = e
+
+
+@njit(cache=True, nogil=True)
+def _turn(first_slab, last_slab, tops, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
+          starts, step, length, item_k, level, physical, limits):
+    """Slabs first..last (any order: nothing is shared): each voter turns towards
+    the largest vote of its cone in the last pass (tables ``starts`` ..
+    ``limits``) in the field ``tops[0]``, the first offset in lexicographic order
+    on ties: its class becomes offset direction k (``cls[voter] = k``). With no
+    vote in its cone it keeps its direction: its class stays k, or, for its own
+    direction, becomes its fine bin in the next pass (``next_cells`` per axis).
+
+    A run's largest vote is read pixel by pixel (up to ``_DIRECT`` pixels) or
+    as two reads of the sparse table ``tops`` (``_scan_rows``). The voters of a
+    group share their class, so each walks the same items (a loop the branch
+    predictor learns); the ring offsets of an own direction's fine bin are
+    tested voter by voter, item by item over the group, each voter keeping the
+    largest (vote, -item) as one 64-bit key (no branch on the test).
+    """
+    n_offsets = len(limits)
+    widest = 0
+    for slab in range(first_slab, last_slab):
+        widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
+    keys = np.empty(widest, dtype=np.uint64)
+    az = np.empty(widest, dtype=np.float32)
+    ay, ax, norm = np.empty_like(az), np.empty_like(az), np.empty_like(az)
+    votes = tops[0]
+    for slab in range(first_slab, last_slab):
+        b = slab_starts[slab + 1]
+        v = slab_starts[slab]
+        while v < b:
+            c = gcls[v]
+            e = _group_end(gcls, v, b)
+            end = starts[c + 1]
+            own = c >= n_offsets
+            if not own:
+                for i in range(v, e):
+                    t = gff[i]
+                    best = np.uint32(0)
+                    best_item = end
+                    for item in range(starts[c], end):
+                        here = t + step[item]
+                        n = length[item]
+                        if n <= _DIRECT:
+                            top = votes[here]
+                            for q in range(1, n):
+                                top = max(top, votes[here + q])
+                        else:
+                            row = level[item]
+                            top = max(tops[row, here], tops[row, here + n - (1 << row)])
+                        better = top > best
+                        best_item = item if better else best_item
+                        best = top if better else best
+                    keys[i - v] = (np.uint64(best) << np.uint64(32)) | np.uint64(end - best_item)
+            else:
+                _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
+                keys[:e - v] = 0
+                for item in range(starts[c], end):
+                    s = step[item]
+                    n = length[item]
+                    rank = np.uint64(end - item)  # the first item wins a tie
+                    if n > 0:
+                        row = level[item]
+                        tail = n - (1 << row)
+                        for i in range(v, e):
+                            here = gff[i] + s
+                            key = (np.uint64(max(tops[row, here], tops[row, here + tail])) << np.uint64(32)) | rank
+                            keys[i - v] = max(keys[i - v], key)
+                    else:  # a ring offset: its vote counts inside the cone only
+                        k = item_k[item]
+                        for i in range(v, e):
+                            j = i - v
+                            inside = _in_cone(physical, limits, k, az[j], ay[j], ax[j], norm[j], ndim)
+                            top = np.uint64(votes[gff[i] + s]) if inside else np.uint64(0)
+                            keys[j] = max(keys[j], (top << np.uint64(32)) | rank)
+            for i in range(v, e):
+                key = keys[i - v]
+                best = np.uint32(key >> np.uint64(32))
+                voter = perm[i]
+                if best > 0:
+                    item = end - np.int64(key & np.uint64(0xFFFFFFFF))
+                    here = gff[i] + step[item]
                     j = 0
-                    while tops[0, here + j] != best:  # the first of the run's equal maxima
+                    while votes[here + j] != best:  # the first of the run's equal maxima
                         j += 1
-                    k = turn_k[best_item] + j
-                    ks[v] = k
-                    c = k
-                elif k < 0:
-                    c = n_offsets + _direction_bin(az, ay, ax, cells, ndim)
-            w = weights[v]
-            for item in range(item_starts[c], item_starts[c + 1]):
-                n = item_len[item]
-                if n == 0:
-                    if not _in_cone(physical, limits, item_k[item], az, ay, ax, norm, ndim):
-                        continue
-                    n = 1
-                here = t + item_step[item]
-                marks[here] += w
-                marks[here + n] -= w
+                    cls[voter] = item_k[item] + j
+                elif own:
+                    j = i - v
+                    cls[voter] = n_offsets + _direction_bin(az[j], ay[j], ax[j], next_cells, ndim)
+                else:
+                    cls[voter] = c
+            v = e
 
 
 @njit(cache=True, nogil=True)
@@ -402,14 +541,25 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     del voters, coords, order
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
-    ks = np.full(len(frame_flat), -1, dtype=np.int64)  # offset direction of each voter; -1: its own
+    n = len(frame_flat)
+    cls = np.empty(n, dtype=np.int64)  # each voter's class: offset direction k, or K + the fine bin of its own
+    perm, gff, gw, gcls = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.uint32), np.empty(n, np.int64)
+    n_slabs = len(slab_starts) - 1
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
+    n_offsets = len(plan.offsets)
     for index, tables in enumerate(passes):
-        last = passes[index - 1] if index else tables  # the turn in the last pass's field comes first
+        cells, starts, step, length, item_k, level, physical, limits = tables
+        if index == 0:
+            for_ranges(_first_classes, n, cls, directions, cells, n_offsets, plan.ndim, grain=4096)
+        else:  # the turn in the last pass's field, with the last pass's cones
+            last = passes[index - 1]
+            for_ranges(_turn, n_slabs, tops, slab_starts, perm, gff, gcls, cls, directions, plan.ndim, cells,
+                       *last[1:])
+        for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls)
         for slabs in colours:
-            for_ranges(_vote, len(slabs), tops, marks, frame_flat, weights, directions, ks, slab_starts, slabs,
-                       plan.ndim, index > 0, *last, *tables)
+            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, perm, gff, gw, gcls, directions, plan.ndim,
+                       starts, step, length, item_k, physical, limits)
         final = index == plan.n_passes - 1
         for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
         if iter_callback is not None:
@@ -433,43 +583,59 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None) -> n
 # ---------------------------------------------------------------------------
 
 
-_GATHER = 1 << 22  # cells x offsets gathered at once
+@njit(cache=True, nogil=True)
+def _contrast_numerators(first, last, out, s, points, wz, wy, wx, sign, ring, part, whole, depth):
+    """Cells first..last (``points``: (N, 3) z, y, x; Z = 1 in 2D): sign*s at the
+    cell minus the minimum of sign*s over the box of half-width min(window,
+    distance to either border) around it, s rounded to float32; 0 unless at least
+    ``BUMP_SHARE`` (part / whole) of the ``ring`` offsets ((R, 3),
+    ``_contrast.bump_ring``) that fit in that box land below centre - (centre -
+    m) * ``BUMP_DEPTH``, m the minimum over the window clipped to the image
+    (``_contrast.contrast_numerators``, ``ivote_contrast``)."""
+    Z, Y, X = s.shape
+    for j in range(first, last):
+        z, y, x = points[j, 0], points[j, 1], points[j, 2]
+        hz = min(wz, min(z, Z - 1 - z))
+        hy = min(wy, min(y, Y - 1 - y))
+        hx = min(wx, min(x, X - 1 - x))
+        deepest = np.float32(np.inf)  # the window clipped to the image
+        lowest = np.float32(np.inf)  # the window clipped symmetrically
+        for qz in range(max(z - wz, 0), min(z + wz, Z - 1) + 1):
+            for qy in range(max(y - wy, 0), min(y + wy, Y - 1) + 1):
+                inner = abs(qz - z) <= hz and abs(qy - y) <= hy
+                for qx in range(max(x - wx, 0), min(x + wx, X - 1) + 1):
+                    value = sign * np.float32(s[qz, qy, qx])
+                    deepest = min(deepest, value)
+                    if inner and abs(qx - x) <= hx:
+                        lowest = min(lowest, value)
+        centre = sign * np.float32(s[z, y, x])
+        level = centre - (centre - deepest) * depth
+        fits = 0
+        lower = 0
+        for e in range(ring.shape[0]):
+            dz, dy, dx = ring[e, 0], ring[e, 1], ring[e, 2]
+            if abs(dz) > hz or abs(dy) > hy or abs(dx) > hx:
+                continue
+            fits += 1
+            if sign * np.float32(s[z + dz, y + dy, x + dx]) < level:
+                lower += 1
+        bump = fits > 0 and whole * lower >= part * fits
+        out[j] = np.float64(centre) - np.float64(lowest) if bump else 0.0
 
 
-def _contrast_numerators(smoothed, coords, window, sign, ring):
-    """For each cell: sign*s at it minus the minimum of sign*s over the box of
-    half-width min(``window``, distance to either border) around it, s rounded to
-    float32; 0 unless at least ``BUMP_SHARE`` of the ``ring`` offsets
-    (``_contrast.bump_ring``) that fit in that box land below centre - (centre -
-    m) * ``BUMP_DEPTH``, m the minimum over the box of half-width ``window``
-    clipped to the image (``_contrast.contrast_numerators``, ``ivote_contrast``).
-    Box indices clipped to the image repeat pixels of the clipped box, so that
-    minimum is the same; the symmetric box and the ring are masks on the gathered offsets."""
-    sign32, depth32 = np.float32(sign), np.float32(BUMP_DEPTH)
-    part, whole = BUMP_SHARE
-    shape = np.asarray(smoothed.shape)
-    ndim = len(shape)
-    grids = np.meshgrid(*[np.arange(-w, w + 1) for w in window], indexing="ij")
-    box = np.stack([g.ravel() for g in grids], axis=1)
-    ring = np.asarray(ring, dtype=np.int64).reshape(-1, ndim)
+def contrast_numerators(smoothed, coords, window, sign, ring):
+    """``_contrast.contrast_numerators`` of the cells ``coords`` ((N, ndim)) in ``smoothed`` (float64)."""
+    ndim = smoothed.ndim
+    pad = 3 - ndim
+    points = np.zeros((len(coords), 3), dtype=np.int64)
+    points[:, pad:] = coords
+    ring3 = np.zeros((len(ring), 3), dtype=np.int64)
+    ring3[:, pad:] = np.asarray(ring, dtype=np.int64).reshape(-1, ndim)
+    wz, wy, wx = (0,) * pad + tuple(int(w) for w in window)
     out = np.zeros(len(coords))
-    rows = max(1, _GATHER // (len(box) + len(ring)))
-    for first in range(0, len(coords), rows):
-        points = np.asarray(coords[first:first + rows], dtype=np.int64)
-        half = np.minimum(np.asarray(window), np.minimum(points, shape - 1 - points))
-        index = tuple(np.clip(points[:, None, a] + box[None, :, a], 0, shape[a] - 1) for a in range(ndim))
-        values = sign32 * smoothed[index].astype(np.float32)
-        deepest = values.min(axis=1)
-        symmetric = np.all(np.abs(box)[None] <= half[:, None], axis=2)
-        lowest = np.where(symmetric, values, np.float32(np.inf)).min(axis=1)
-        centre = sign32 * smoothed[tuple(points.T)].astype(np.float32)
-        level = centre - (centre - deepest) * depth32
-        fits = np.all(np.abs(ring)[None] <= half[:, None], axis=2)
-        index = tuple(np.clip(points[:, None, a] + ring[None, :, a], 0, shape[a] - 1) for a in range(ndim))
-        lower = np.count_nonzero(fits & (sign32 * smoothed[index].astype(np.float32) < level[:, None]), axis=1)
-        n_fit = np.count_nonzero(fits, axis=1)
-        bump = (n_fit > 0) & (whole * lower >= part * n_fit)
-        out[first:first + rows] = np.where(bump, centre.astype(np.float64) - lowest.astype(np.float64), 0.0)
+    part, whole = BUMP_SHARE
+    for_ranges(_contrast_numerators, len(points), out, smoothed.reshape(_shape3(smoothed.shape)), points, wz, wy, wx,
+               np.float32(sign), ring3, part, whole, np.float32(BUMP_DEPTH), grain=64)
     return out
 
 
@@ -485,7 +651,7 @@ def _cells(frame: _Frame, votes, plan: VotingPlan, smoothed, sign):
     coords = np.stack(np.unravel_index(maxima, frame.padded_shape), axis=1) - np.asarray(frame.window)
     pairs = close_pairs(coords, plan)
     flat = np.ravel_multi_index(tuple(coords.T), frame.shape).astype(np.int64) if len(coords) else np.zeros(0, np.int64)
-    numerators = _contrast_numerators(smoothed, coords, plan.window, float(sign), bump_ring(plan))
+    numerators = contrast_numerators(smoothed, coords, plan.window, float(sign), bump_ring(plan))
     return flat, values, pairs, numerators
 
 
