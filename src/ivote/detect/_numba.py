@@ -448,7 +448,9 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
 def _colours(coords, plan: VotingPlan):
     """Voters grouped in slabs of at least twice the window along the first axis
     (2D) or the first two (3D): the order to keep them in, each slab's range in
-    it, and the slabs of each colour (no two of a colour add to the same pixel)."""
+    it (an index array, or ``slice(None)`` for flat order), and the slabs of each
+    colour (no two of a colour add to the same pixel). ``coords``: the voters' pixel
+    coordinates, in flat order."""
     ndim = plan.ndim
     axes = 1 if ndim == 2 else 2
     slab_id = np.zeros(len(coords[0]), dtype=np.int64)
@@ -459,7 +461,8 @@ def _colours(coords, plan: VotingPlan):
         n = int(index.max(initial=0)) + 1
         counts.append(n)
         slab_id = slab_id * n + index
-    order = np.argsort(slab_id, kind="stable")  # voters stay in flat order within a slab
+    # voters stay in flat order within a slab; slabs along the first axis alone are in flat order already
+    order = slice(None) if axes == 1 else np.argsort(slab_id, kind="stable")
     n_slabs = math.prod(counts)
     slab_starts = np.zeros(n_slabs + 1, dtype=np.int64)
     slab_starts[1:] = np.cumsum(np.bincount(slab_id, minlength=n_slabs))
