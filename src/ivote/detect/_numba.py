@@ -535,8 +535,9 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n = len(frame_flat)
-    cls = np.empty(n, dtype=np.int64)  # each voter's class: offset direction k, or K + the fine bin of its own
-    perm, gff, gw, gcls = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int64)
+    index = np.int32 if n < 2**31 else np.int64  # less to move in the regroup
+    cls = np.empty(n, dtype=np.int32)  # each voter's class: offset direction k, or K + the fine bin of its own
+    perm, gff, gw, gcls = np.empty(n, index), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
     n_slabs = len(slab_starts) - 1
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
