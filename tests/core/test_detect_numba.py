@@ -84,6 +84,26 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
             assert not np.delete(hits[d], ks).any()  # nothing outside the list is in the cone
 
 
+def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
+    """``_numba._regroup``: within each slab, voters by class, in their order within a class
+    (a stable counting sort), with their frame index and weight carried along."""
+    rng = np.random.default_rng(4)
+    n_classes = 7
+    slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
+    n = slab_starts[-1]
+    cls = rng.integers(0, n_classes, n).astype(np.int32)
+    frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
+    weights = rng.integers(1, 1000, n).astype(np.uint32)
+    perm, gff, gw, gcls = np.empty(n, np.int32), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls)
+    for a, b in zip(slab_starts[:-1], slab_starts[1:]):
+        expected = a + np.argsort(cls[a:b], kind="stable")
+        np.testing.assert_array_equal(perm[a:b], expected)
+    np.testing.assert_array_equal(gcls, cls[perm])
+    np.testing.assert_array_equal(gff, frame_flat[perm].astype(np.uint64))
+    np.testing.assert_array_equal(gw, weights[perm])
+
+
 def test_numba_passes_on_noise_and_flat_images():
     plan = make_plan(4.0, (1.0, 1.0), 2)
     noise = ndimage.gaussian_filter(np.random.default_rng(5).random((40, 40)), 1.0)
