@@ -104,6 +104,21 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     np.testing.assert_array_equal(gw, weights[perm])
 
 
+@pytest.mark.parametrize("shape, half_width", [((61, 40), (3, 3)), ((9, 30, 31), (2, 4, 4))])
+def test_peaks_by_parts_equal_one_maximum_filter(shape, half_width):
+    """``_numba._peak_part`` over ranges of the first axis (as the threads cut it) gives the
+    local maxima of one ``maximum_filter`` over the whole field, ties and borders included."""
+    field = np.random.default_rng(8).integers(0, 6, shape).astype(np.uint32)  # many ties and zeros
+    size = tuple(2 * h + 1 for h in half_width)
+    expected = (field == ndimage.maximum_filter(field, size=size, mode="constant", cval=0)) & (field > 0)
+    got = np.zeros(shape, dtype=bool)
+    bounds = [0, 1, 5, shape[0] // 2, shape[0] - 2, shape[0]]
+    for first, last in zip(bounds[:-1], bounds[1:]):
+        _numba._peak_part(first, last, field, half_width, got)
+    np.testing.assert_array_equal(got, expected)
+    assert 0 < expected.sum() < field.size
+
+
 def test_numba_passes_on_noise_and_flat_images():
     plan = make_plan(4.0, (1.0, 1.0), 2)
     noise = ndimage.gaussian_filter(np.random.default_rng(5).random((40, 40)), 1.0)

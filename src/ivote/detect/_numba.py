@@ -633,12 +633,23 @@ def contrast_numerators(smoothed, coords, window, sign, ring):
     return out
 
 
+def _peak_part(first, last, field, half_width, out):
+    """``out[first:last]``: local maxima (positive, equal to the largest vote of the box of
+    ``half_width`` around them, 0 outside the field) of slices first..last along the first
+    axis: ``scipy.ndimage.maximum_filter`` on them and ``half_width[0]`` slices either side."""
+    low, high = max(first - half_width[0], 0), min(last + half_width[0], field.shape[0])
+    size = tuple(2 * h + 1 for h in half_width)
+    largest = ndimage.maximum_filter(field[low:high], size=size, mode="constant", cval=0)
+    part = field[first:last]
+    np.logical_and(part == largest[first - low:last - low], part > 0, out=out[first:last])
+
+
 def _cells(frame: _Frame, votes, plan: VotingPlan, smoothed, sign):
     """Maxima sorted best first (image flat indices), their votes, close pairs and contrast numerators."""
     field = votes.reshape(frame.padded_shape)  # the padding holds 0: maximum_filter's cval=0
-    size = tuple(2 * h + 1 for h in plan.maxima_half_width)
-    flags = ((field == ndimage.maximum_filter(field, size=size, mode="constant", cval=0)) & (field > 0)).reshape(-1)
-    maxima = np.flatnonzero(flags)
+    flags = np.empty(field.shape, dtype=bool)
+    for_ranges(_peak_part, field.shape[0], field, plan.maxima_half_width, flags, grain=16)
+    maxima = np.flatnonzero(flags.reshape(-1))
     values = votes[maxima].astype(np.int64)
     order = np.lexsort((maxima, -values))  # best first; ties: lower index (frame order is image order)
     maxima, values = maxima[order], values[order]
