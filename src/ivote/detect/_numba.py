@@ -138,16 +138,21 @@ def _magnitudes(first, last, out, f, Z, Y, X, sz, sy, sx):
 
 
 @njit(cache=True, nogil=True)
-def _directions(first, last, out, f, voters, Z, Y, X, sz, sy, sx, sign, ndim):
-    """Voters first..last: int16 direction along (sign=+1) or against (-1) the gradient, length ~32767."""
+def _directions(first, last, out, classes, f, voters, Z, Y, X, sz, sy, sx, sign, ndim, cells, n_offsets):
+    """Voters first..last: int16 direction along (sign=+1) or against (-1) the gradient, length ~32767,
+    and the first pass's class: ``n_offsets`` plus the fine bin (``cells`` per axis) of that direction."""
     for v in range(first, last):
         i = voters[v]
         gz, gy, gx = _gradient_at(f, i, Z, Y, X, sz, sy, sx)
         magnitude = math.sqrt((gz * gz + gy * gy) + gx * gx)
+        dz = np.int16(np.rint(((sign * gz) / magnitude) * 32767.0)) if ndim == 3 else np.int16(0)
+        dy = np.int16(np.rint(((sign * gy) / magnitude) * 32767.0))
+        dx = np.int16(np.rint(((sign * gx) / magnitude) * 32767.0))
         if ndim == 3:
-            out[v, 0] = np.int16(np.rint(((sign * gz) / magnitude) * 32767.0))
-        out[v, ndim - 2] = np.int16(np.rint(((sign * gy) / magnitude) * 32767.0))
-        out[v, ndim - 1] = np.int16(np.rint(((sign * gx) / magnitude) * 32767.0))
+            out[v, 0] = dz
+        out[v, ndim - 2] = dy
+        out[v, ndim - 1] = dx
+        classes[v] = n_offsets + _direction_bin(np.float32(dz), np.float32(dy), np.float32(dx), cells, ndim)
 
 
 # ---------------------------------------------------------------------------
@@ -190,16 +195,6 @@ def _in_cone(physical, limits, k, az, ay, ax, norm, ndim):
 
 
 @njit(cache=True, nogil=True)
-def _first_classes(first, last, cls, directions, cells, n_offsets, ndim):
-    """Voters first..last: the first pass's class, ``n_offsets`` plus the fine bin of the voter's own direction."""
-    zero = np.float32(0.0)
-    for v in range(first, last):
-        az = np.float32(directions[v, 0]) if ndim == 3 else zero
-        cls[v] = n_offsets + _direction_bin(az, np.float32(directions[v, ndim - 2]),
-                                            np.float32(directions[v, ndim - 1]), cells, ndim)
-
-
-@njit(cache=True, nogil=True)
 def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
     flat order within a class): ``perm`` (the voter at each place), its frame
@@ -219,7 +214,8 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
             gff[place] = np.uint64(frame_flat[v])
             gw[place] = weights[v]
             gcls[place] = c
-        count[:] = 0
+        for c in range(n_classes + 1):
+            count[c] = 0
 
 
 @njit(cache=True)
@@ -264,8 +260,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
-    az = np.empty(widest, dtype=np.float32)
-    ay, ax, norm = np.empty_like(az), np.empty_like(az), np.empty_like(az)
+    az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
+    ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
@@ -295,30 +291,29 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
 
 
 @njit(cache=True, nogil=True)
-def _turn(first_slab, last_slab, tops, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
+def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
           starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
-    ``limits``) in the field ``tops[0]``, the first offset in lexicographic order
-    on ties: its class becomes offset direction k (``cls[voter] = k``). With no
-    vote in its cone it keeps its direction: its class stays k, or, for its own
-    direction, becomes its fine bin in the next pass (``next_cells`` per axis).
+    ``limits``) in the field (the first level of the flat sparse table
+    ``flat``), the first offset in lexicographic order on ties: its class
+    becomes offset direction k (``cls[voter] = k``). With no vote in its cone
+    it keeps its direction: its class stays k, or, for its own direction,
+    becomes its fine bin in the next pass (``next_cells`` per axis).
 
-    A run's largest vote is two reads of the sparse table ``tops``
-    (``_scan_rows``, read flat). Over a group of one class, item by item, each
-    voter keeps the largest (vote, -item) as one 64-bit key (no branch, also on
-    the ring offsets' tests); the first offset of the best run holding that
-    vote is then found in ``tops[0]``.
+    A run's largest vote is two reads of the sparse table (``_scan_rows``).
+    Over a group of one class, item by item, each voter keeps the largest
+    (vote, -item) as one 64-bit key (no branch, also on the ring offsets'
+    tests); the first offset of the best run holding that vote is then found
+    in the field.
     """
     n_offsets = len(limits)
     widest = 0
     for slab in range(first_slab, last_slab):
         widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
     keys = np.empty(widest, dtype=np.uint64)
-    az = np.empty(widest, dtype=np.float32)
-    ay, ax, norm = np.empty_like(az), np.empty_like(az), np.empty_like(az)
-    flat = tops.reshape(-1)
-    votes = tops[0]
+    az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
+    ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
     high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
@@ -330,7 +325,8 @@ def _turn(first_slab, last_slab, tops, slab_starts, perm, gff, gcls, cls, direct
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            keys[:e - v] = 0
+            for i in range(e - v):
+                keys[i] = 0
             for item in range(starts[c], last_item):
                 r0 = first_read[item]
                 r1 = last_read[item]
@@ -355,7 +351,7 @@ def _turn(first_slab, last_slab, tops, slab_starts, perm, gff, gcls, cls, direct
                     item = last_item - np.int64(key & np.uint64(0xFFFFFFFF))
                     here = gff[i] + step[item]
                     j = 0
-                    while votes[here + np.uint64(j)] != best:  # the first of the run's equal maxima
+                    while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
                         j += 1
                     cls[voter] = item_k[item] + j
                 elif own:
@@ -505,8 +501,11 @@ def _spacing3(spacing):
     return (1.0,) * (3 - len(spacing)) + tuple(float(s) for s in spacing)
 
 
-def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest: float | None = None):
-    """As ``_reference.prepare_voters``: voters (flat), uint32 weights, int16 directions."""
+def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest: float | None = None,
+                   cells: int = 1):
+    """As ``_reference.prepare_voters``: voters (flat), uint32 weights, int16 directions;
+    and each voter's class in the first pass (int32: K plus its direction's bin in a
+    cube map of ``cells`` per axis, ``_vote``)."""
     Z, Y, X = _shape3(smoothed.shape)
     sz, sy, sx = _spacing3(plan.spacing)
     flat = smoothed.reshape(-1)
@@ -514,42 +513,41 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     for_ranges(_magnitudes, Z * Y, magnitude, flat, Z, Y, X, sz, sy, sx, grain=8)
     largest = magnitude.max() if largest is None else largest
     if largest == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros((0, plan.ndim), np.int16)
+        return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros((0, plan.ndim), np.int16), np.zeros(0, np.int32)
     quantised = np.floor(magnitude * (plan.weight_scale / largest) + 0.5)
     voters = np.flatnonzero(quantised >= plan.min_weight)
     directions = np.empty((len(voters), plan.ndim), dtype=np.int16)
-    for_ranges(_directions, len(voters), directions, flat, voters, Z, Y, X, sz, sy, sx, float(sign), plan.ndim,
-               grain=4096)
-    return voters, quantised[voters].astype(np.uint32), directions
+    classes = np.empty(len(voters), dtype=np.int32)
+    for_ranges(_directions, len(voters), directions, classes, flat, voters, Z, Y, X, sz, sy, sx, float(sign), plan.ndim,
+               cells, len(plan.offsets), grain=4096)
+    return voters, quantised[voters].astype(np.uint32), directions, classes
 
 
 def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
     """The padded frame and its vote field (uint32, padding zeroed) after the last pass."""
     frame = _Frame(smoothed.shape, plan)
-    voters, weights, directions = prepare_voters(smoothed, plan, sign, largest)
+    passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
+    voters, weights, directions, cls = prepare_voters(smoothed, plan, sign, largest, passes[0][0])
     coords = np.unravel_index(voters, smoothed.shape)
     order, slab_starts, colours = _colours(coords, plan)
     frame_flat = frame.from_image(coords)[order]
     weights, directions = weights[order], np.ascontiguousarray(directions[order])
+    cls = cls[order]  # each voter's class: offset direction k, or K + the fine bin of its own
     del voters, coords, order
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n = len(frame_flat)
-    index = np.int32 if n < 2**31 else np.int64  # less to move in the regroup
-    cls = np.empty(n, dtype=np.int32)  # each voter's class: offset direction k, or K + the fine bin of its own
-    perm, gff, gw, gcls = np.empty(n, index), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
+    int_type = np.int32 if n < 2**31 else np.int64  # less to move in the regroup
+    perm, gff, gw, gcls = np.empty(n, int_type), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
     n_slabs = len(slab_starts) - 1
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
     n_offsets = len(plan.offsets)
     for index, tables in enumerate(passes):
         cells, starts = tables[:2]
-        if index == 0:
-            for_ranges(_first_classes, n, cls, directions, cells, n_offsets, plan.ndim, grain=4096)
-        else:  # the turn in the last pass's field, with the last pass's cones
+        if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last = passes[index - 1]
-            for_ranges(_turn, n_slabs, tops, slab_starts, perm, gff, gcls, cls, directions, plan.ndim, cells,
-                       *last[1:])
+            for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, perm, gff, gcls, cls, directions, plan.ndim,
+                       cells, *last[1:])
         for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, perm, gff, gw, gcls, directions, plan.ndim,
