@@ -15,7 +15,7 @@ cone test is made at all; in the first pass, a fine map of direction bins
 leaves only a thin ring of offsets to test. A voter adds its weight to a run
 as two marks of a difference array (+w at its start, -w after its end) that a
 running sum along each row turns into the vote field; the turn reads each run's
-largest vote pixel by pixel or in two reads of a sparse table of row maxima.
+largest vote in two reads of a sparse table of row maxima.
 
 Voters are handled by class: each pass, the voters of a slab are sorted by
 class (offset direction k, or the fine bin of their own direction) with a
