@@ -19,7 +19,8 @@ Cases (synthetic nuclei, ``ivote.data.synthetic_nuclei``):
 * thread scaling: the 2D detection with ``numba.set_num_threads(k)``, k = 1 .. all.
 
 Prints the thread count and a table. Timings are wall clock; on a machine
-shared with other jobs they are noisy (the load average is printed).
+shared with other jobs they are noisy (the load average is printed; the
+notes give the process's CPU time too, which moves less).
 
 Usage: python benchmarks/bench_cpu.py [--quick] [--out benchmarks/results/cpu.md]
 """
@@ -72,14 +73,18 @@ def _load() -> str:
 
 
 def _timed(call, repeat=1, warm_up=False):
-    """Median, min and max wall time of ``repeat`` calls, and the last result."""
+    """Median, min and max wall time of ``repeat`` calls, and the last result.
+    The median CPU time of the process (all threads) is left in ``_timed.cpu``:
+    on a shared machine it moves less than the wall time."""
     if warm_up:
         call()
-    times, result = [], None
+    times, cpu, result = [], [], None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = call()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    _timed.cpu = statistics.median(cpu)
     return statistics.median(times), min(times), max(times), result
 
 
@@ -158,12 +163,13 @@ def main(argv=None) -> int:
     image2 = sample2.image
     med, low, high, found = _timed(lambda: ivote.iterative_voting(image2, radius=12.0, backend="numba"), args.repeat,
                                    warm_up=True)
+    cpu2 = _timed.cpu
     f1 = match_points(found.points, sample2.centers, tolerance=6.0).f1
     grey = (image2 - image2.min()) / (image2.max() - image2.min())
     sigma = 12.0 / np.sqrt(2)
     blob, *_ = _timed(lambda: blob_log(grey, min_sigma=sigma, max_sigma=sigma, num_sigma=1), 3)
     row("detect 2D 1024², r 12 px", "<= 0.25 s, < blob_log", med, "skimage blob_log (1 sigma)", blob,
-        f"median of {args.repeat} ({low:.3f}-{high:.3f}); {len(found.points)} cells, F1 {f1:.3f}")
+        f"median of {args.repeat} ({low:.3f}-{high:.3f}), CPU {cpu2:.3f} s; {len(found.points)} cells, F1 {f1:.3f}")
     two_d = med
     if not args.quick:
         numpy_time, _, _, numpy_found = _timed(lambda: ivote.iterative_voting(image2, radius=12.0, backend="numpy"))
@@ -176,6 +182,7 @@ def main(argv=None) -> int:
     sample3 = synthetic_nuclei((side,) * 3, radius=8.0, seed=22)
     ivote.iterative_voting(sample3.image[:32, :48, :48], radius=8.0, backend="numba")  # warm-up (compile, tables)
     med3, _, _, found3 = _timed(lambda: ivote.iterative_voting(sample3.image, radius=8.0, backend="numba"))
+    cpu3 = _timed.cpu
     f13 = match_points(found3.points, sample3.centers, tolerance=4.0).f1
     crop = sample3.image[: args.numpy_crop, : args.numpy_crop, : args.numpy_crop]
     crop_numba, *_ = _timed(lambda: ivote.iterative_voting(crop, radius=8.0, backend="numba"))
@@ -183,7 +190,8 @@ def main(argv=None) -> int:
     same = np.array_equal(crop_found.points, ivote.iterative_voting(crop, radius=8.0, backend="numba").points)
     row(f"detect 3D {side}³, r 8 voxels", "<= 10 s", med3, f"our NumPy path, {args.numpy_crop}³ crop, scaled by voxels",
         crop_numpy * sample3.image.size / crop.size,
-        f"one run; {len(found3.points)} cells, F1 {f13:.3f}; crop: Numba {crop_numba:.2f} s, NumPy {crop_numpy:.1f} s, "
+        f"one run, CPU {cpu3:.1f} s; {len(found3.points)} cells, F1 {f13:.3f}; "
+        f"crop: Numba {crop_numba:.2f} s, NumPy {crop_numpy:.1f} s, "
         + ("same points" if same else "POINTS DIFFER"))
 
     # slider release to points, 1024² at 0.5 um/px, radius 6 um
@@ -198,9 +206,10 @@ def main(argv=None) -> int:
                                         score_range=logic.score_range(result))
 
     med_r, low_r, high_r, _ = _timed(release, args.repeat, warm_up=True)
+    cpu_r = _timed.cpu
     budget = logic.preview_plane_budget()
     row("slider release to points, 1024² (compute + layer data, no Qt)", "<= 0.3 s", med_r, "n/a", "n/a",
-        f"median of {args.repeat} ({low_r:.3f}-{high_r:.3f}); preview budget: "
+        f"median of {args.repeat} ({low_r:.3f}-{high_r:.3f}), CPU {cpu_r:.3f} s; preview budget: "
         + ("whole plane" if budget is None else f"{budget} px"))
 
     # segmentation 1024², 200 nuclei, 500 iterations

@@ -84,6 +84,41 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
             assert not np.delete(hits[d], ks).any()  # nothing outside the list is in the cone
 
 
+def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
+    """``_numba._regroup``: within each slab, voters by class, in their order within a class
+    (a stable counting sort), with their frame index and weight carried along."""
+    rng = np.random.default_rng(4)
+    n_classes = 7
+    slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
+    n = slab_starts[-1]
+    cls = rng.integers(0, n_classes, n).astype(np.int32)
+    frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
+    weights = rng.integers(1, 1000, n).astype(np.uint32)
+    perm, gff, gw, gcls = np.empty(n, np.int32), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls)
+    for a, b in zip(slab_starts[:-1], slab_starts[1:]):
+        expected = a + np.argsort(cls[a:b], kind="stable")
+        np.testing.assert_array_equal(perm[a:b], expected)
+    np.testing.assert_array_equal(gcls, cls[perm])
+    np.testing.assert_array_equal(gff, frame_flat[perm].astype(np.uint64))
+    np.testing.assert_array_equal(gw, weights[perm])
+
+
+@pytest.mark.parametrize("shape, half_width", [((61, 40), (3, 3)), ((9, 30, 31), (2, 4, 4))])
+def test_peaks_by_parts_equal_one_maximum_filter(shape, half_width):
+    """``_numba._peak_part`` over ranges of the first axis (as the threads cut it) gives the
+    local maxima of one ``maximum_filter`` over the whole field, ties and borders included."""
+    field = np.random.default_rng(8).integers(0, 6, shape).astype(np.uint32)  # many ties and zeros
+    size = tuple(2 * h + 1 for h in half_width)
+    expected = (field == ndimage.maximum_filter(field, size=size, mode="constant", cval=0)) & (field > 0)
+    got = np.zeros(shape, dtype=bool)
+    bounds = [0, 1, 5, shape[0] // 2, shape[0] - 2, shape[0]]
+    for first, last in zip(bounds[:-1], bounds[1:]):
+        _numba._peak_part(first, last, field, half_width, got)
+    np.testing.assert_array_equal(got, expected)
+    assert 0 < expected.sum() < field.size
+
+
 def test_numba_passes_on_noise_and_flat_images():
     plan = make_plan(4.0, (1.0, 1.0), 2)
     noise = ndimage.gaussian_filter(np.random.default_rng(5).random((40, 40)), 1.0)
@@ -162,6 +197,27 @@ def test_numba_contrast_test_equals_numpy():
         assert (len(got.points) == 0) == (min_contrast > 0)
     blurless = iterative_voting(noise, radius=6.0, blur=0, backend="numba")
     np.testing.assert_array_equal(blurless.candidates, iterative_voting(noise, radius=6.0, blur=0, backend="numpy").candidates)
+
+
+def test_numba_contrast_numerators_equal_numpy_at_borders_and_inside():
+    """The compiled numerators against ``_contrast.contrast_numerators`` (float64 image in,
+    float32 comparisons), at corners, borders, bumps and random cells, both polarities, 2D and 3D."""
+    from ivote.detect._contrast import bump_ring, contrast_numerators
+
+    rng = np.random.default_rng(11)
+    for shape, radius, spacing in (((40, 46), 6.2, (1.0, 1.0)), ((10, 24, 25), 4.5, (2.0, 1.0, 1.0))):
+        plan = make_plan(radius, spacing, len(shape))
+        s = ndimage.gaussian_filter(rng.random(shape), 1.5) + np.linspace(0, 0.02, shape[-1])
+        coords = np.stack([rng.integers(0, n, 40) for n in shape], axis=1)
+        coords[0] = 0
+        coords[1, 0] = shape[0] - 1
+        for sign in (1.0, -1.0):
+            peaks = np.argwhere(ndimage.maximum_filter(sign * s, size=5) == sign * s)[:10]
+            points = np.concatenate([coords, peaks])
+            expected = contrast_numerators(s.astype(np.float32), points, plan.window, sign, bump_ring(plan))
+            got = _numba.contrast_numerators(s, points, plan.window, sign, bump_ring(plan))
+            np.testing.assert_array_equal(got, expected)
+            assert got[0] == 0.0 and np.count_nonzero(got) > 3
 
 
 def test_numba_flat_and_non_finite_images():
