@@ -94,65 +94,79 @@ def _heaviside_compact(phi, inv_eps):
 
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _forces(region, coef):
-    """The constants of one object's update: its region (c_in, c_out, 1 / contrast), then
-    lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, 1/eps, eps/pi (levelset.cu's coef)."""
-    return (region[0], region[1], region[2], coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6],
-            coef[7], coef[12], coef[13])
-
-
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _next(phi, g2, num, value, psi, canvas, k):
-    """phi^(k+1) of one interior cell from its curvature terms (ivote_levelset_next), ``k`` from
-    :func:`_forces`: same formulas and order as _reference.step."""
-    c_in, c_out, inv_contrast, l1, l2, mu, beta, omega, eps, dt, kappa_max, inv_eps, eps_over_pi = k
+def _next(phi, g2, num, value, psi, overlap, k):
+    """phi^(k+1) of one interior cell from its curvature terms (ivote_levelset_next); ``overlap``
+    is the other objects' compact Heavisides at the cell, clipped to [0, 1], and ``k`` the
+    object's constants from :func:`_step`: same formulas and order as _reference.step."""
+    c_in, c_out, inv_contrast, l1, l2, mu, beta, omega, eps, dt, kappa_max, eps_over_pi = k
     g2e = g2 + _G2_EPS
     kappa = min(max(num / (g2e * np.sqrt(g2e)), -kappa_max), kappa_max)
     region_max = max(l1, l2)
     region = (-l1 * (value - c_in) * (value - c_in) + l2 * (value - c_out) * (value - c_out)) * inv_contrast
     region = min(max(region, -region_max), region_max)
     shape = min(max(psi - phi, -_ONE), _ONE)
-    others = min(max(canvas - _heaviside_compact(phi, inv_eps), _ZERO), _ONE)
-    force = mu * kappa + region + beta * shape - omega * others
+    force = mu * kappa + region + beta * shape - omega * overlap
     return phi + dt * (eps_over_pi / (eps * eps + phi * phi)) * force
 
 
+# The stencil loops index views that start at each neighbour's offset, so every index is the loop
+# counter: Numba's wrap-around of negative indices (src[c - 1] with c possibly 0, as far as LLVM
+# knows) would otherwise turn each neighbour load into a scalar gather (2x slower loops).
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_2d(dst, src, image, psi, others, start, stop, bx, k, coef):
+def _plane_2d(dst, src, image, psi, overlap, start, stop, bx, k, coef):
     """Update cells [start, stop) of a 2D box, flattened (y, x): central differences with the
     cross-derivative, as ivote_levelset_next. One long loop, so that it vectorises without a
     scalar tail per row; the box-edge columns it also computes (their x neighbours wrap to
     the next row) are frozen and put back by the caller."""
-    for c in range(start, stop):
-        v = src[c]
-        px = (src[c + 1] - src[c - 1]) * coef[16]
-        py = (src[c + bx] - src[c - bx]) * coef[15]
-        pxx = (src[c + 1] - _TWO * v + src[c - 1]) * coef[19]
-        pyy = (src[c + bx] - _TWO * v + src[c - bx]) * coef[18]
-        pyx = (src[c + bx + 1] - src[c + bx - 1] - src[c - bx + 1] + src[c - bx - 1]) * coef[22]
+    hy, hx, hyy, hxx, hyx = coef[15], coef[16], coef[18], coef[19], coef[22]
+    centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
+    north, south = src[start - bx:stop - bx], src[start + bx:stop + bx]
+    nw, ne = src[start - bx - 1:stop - bx - 1], src[start - bx + 1:stop - bx + 1]
+    sw, se = src[start + bx - 1:stop + bx - 1], src[start + bx + 1:stop + bx + 1]
+    new, value, prior, others = dst[start:stop], image[start:stop], psi[start:stop], overlap[start:stop]
+    for c in range(stop - start):
+        v = centre[c]
+        px = (east[c] - west[c]) * hx
+        py = (south[c] - north[c]) * hy
+        pxx = (east[c] - _TWO * v + west[c]) * hxx
+        pyy = (south[c] - _TWO * v + north[c]) * hyy
+        pyx = (se[c] - sw[c] - ne[c] + nw[c]) * hyx
         g2 = py * py + px * px
         num = pyy * (g2 - py * py) + pxx * (g2 - px * px) - _TWO * py * px * pyx
-        dst[c] = _next(v, g2, num, image[c], psi[c], others[c], k)
+        new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
 
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_3d(dst, src, image, psi, others, start, stop, bx, plane, k, coef):
+def _plane_3d(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
     """The same for cells [start, stop) of a 3D box flattened (z, y, x), z neighbours ``plane`` apart."""
-    for c in range(start, stop):
-        v = src[c]
-        px = (src[c + 1] - src[c - 1]) * coef[16]
-        py = (src[c + bx] - src[c - bx]) * coef[15]
-        pz = (src[c + plane] - src[c - plane]) * coef[14]
-        pxx = (src[c + 1] - _TWO * v + src[c - 1]) * coef[19]
-        pyy = (src[c + bx] - _TWO * v + src[c - bx]) * coef[18]
-        pzz = (src[c + plane] - _TWO * v + src[c - plane]) * coef[17]
-        pyx = (src[c + bx + 1] - src[c + bx - 1] - src[c - bx + 1] + src[c - bx - 1]) * coef[22]
-        pzy = (src[c + plane + bx] - src[c + plane - bx] - src[c - plane + bx] + src[c - plane - bx]) * coef[20]
-        pzx = (src[c + plane + 1] - src[c + plane - 1] - src[c - plane + 1] + src[c - plane - 1]) * coef[21]
+    hz, hy, hx, hzz, hyy, hxx = coef[14], coef[15], coef[16], coef[17], coef[18], coef[19]
+    hzy, hzx, hyx = coef[20], coef[21], coef[22]
+    centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
+    north, south = src[start - bx:stop - bx], src[start + bx:stop + bx]
+    nw, ne = src[start - bx - 1:stop - bx - 1], src[start - bx + 1:stop - bx + 1]
+    sw, se = src[start + bx - 1:stop + bx - 1], src[start + bx + 1:stop + bx + 1]
+    d, u = start - plane, start + plane  # the planes below and above
+    down, up = src[d:d + stop - start], src[u:u + stop - start]
+    down_n, down_s = src[d - bx:d - bx + stop - start], src[d + bx:d + bx + stop - start]
+    down_w, down_e = src[d - 1:d - 1 + stop - start], src[d + 1:d + 1 + stop - start]
+    up_n, up_s = src[u - bx:u - bx + stop - start], src[u + bx:u + bx + stop - start]
+    up_w, up_e = src[u - 1:u - 1 + stop - start], src[u + 1:u + 1 + stop - start]
+    new, value, prior, others = dst[start:stop], image[start:stop], psi[start:stop], overlap[start:stop]
+    for c in range(stop - start):
+        v = centre[c]
+        px = (east[c] - west[c]) * hx
+        py = (south[c] - north[c]) * hy
+        pz = (up[c] - down[c]) * hz
+        pxx = (east[c] - _TWO * v + west[c]) * hxx
+        pyy = (south[c] - _TWO * v + north[c]) * hyy
+        pzz = (up[c] - _TWO * v + down[c]) * hzz
+        pyx = (se[c] - sw[c] - ne[c] + nw[c]) * hyx
+        pzy = (up_s[c] - up_n[c] - down_s[c] + down_n[c]) * hzy
+        pzx = (up_e[c] - up_w[c] - down_e[c] + down_w[c]) * hzx
         g2 = pz * pz + py * py + px * px
         num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px)
         num = num - _TWO * pz * py * pzy - _TWO * pz * px * pzx - _TWO * py * px * pyx
-        dst[c] = _next(v, g2, num, image[c], psi[c], others[c], k)
+        new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
 
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
@@ -162,12 +176,12 @@ def _valid_x(origin_x, bx, ix):
 
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _accumulate_row(row, image_row, hc_row, lo, hi, inv_eps):
-    """Compact Heavisides of cells [lo, hi) of a new row (or a flattened box) into hc_row; their
-    region sums (sum of H I, of H), accumulated in float64."""
+def _accumulate_row(row, image_row, hc_row, inv_eps):
+    """Compact Heavisides of a new row (or a flattened box) into hc_row; their region sums
+    (sum of H I, of H), accumulated in float64."""
     acc_hi = 0.0
     acc_h = 0.0
-    for x in range(lo, hi):
+    for x in range(row.shape[0]):
         v = row[x]
         hc_row[x] = _heaviside_compact(v, inv_eps)
         h = _heaviside(v, inv_eps)
@@ -182,25 +196,27 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
     phi, out, image_box, psi, hc: (N, bz, by, bx); canvas: (iz, iy, ix), the compact Heavisides
-    of phi summed over objects (from :func:`_canvas`); sums_in / sums_out (N, 2) float64: sum of
-    H(phi) I and of H(phi) over valid cells, of phi and of out; origins (N, 3). Box borders and
-    cells outside the image keep their value.
+    of phi summed over objects (from :func:`_canvas`), hc those of phi on entry and of out on
+    return; sums_in / sums_out (N, 2) float64: sum of H(phi) I and of H(phi) over valid cells, of
+    phi and of out; origins (N, 3). Box borders and cells outside the image keep their value.
     """
     n, bz, by, bx = phi.shape
     iz, iy, ix = canvas.shape
     three_d = bz > 1
     plane = by * bx
+    cells = bz * plane
     inv_eps = coef[12]
+    overlap = np.zeros(cells, dtype=np.float32)  # the other objects' overlap, one box at a time
     for obj in range(first, last):
         s_hi = F32(sums_in[obj, 0])
         s_h = F32(sums_in[obj, 1])
         c_in = s_hi / max(s_h, _G2_EPS)
         c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
         c_in = max(c_in, c_out + _CONTRAST_FLOOR)
-        region = np.empty(3, dtype=np.float32)
-        region[0], region[1] = c_in, c_out
-        region[2] = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
-        k = _forces(region, coef)
+        inv_contrast = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
+        # levelset.cu's coef: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, eps/pi
+        k = (c_in, c_out, inv_contrast, coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6], coef[7],
+             coef[13])
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
         lo, hi = _valid_x(ox, bx, ix)
         src, dst = phi[obj].ravel(), out[obj].ravel()
@@ -210,20 +226,24 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
         total_hi = 0.0
         total_h = 0.0
         if update and hi - lo > 2:
-            # the other objects' overlap at every cell, from the canvas rows (0 outside the image)
-            others = np.zeros(bz * plane, dtype=np.float32)
+            # the other objects at every cell: the canvas less this object's own compact
+            # Heaviside (hc holds that of phi), clipped as _reference.step (0 outside the image)
             for z in range(bz):
                 for y in range(by):
+                    base = z * plane + y * bx
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy:
-                        row = canvas[oz + z, oy + y]
-                        base = z * plane + y * bx
-                        for x in range(lo, hi):
-                            others[base + x] = row[ox + x]
-            # the interior planes (2D: the one plane), their first and last rows excluded
+                        row = canvas[oz + z, oy + y, ox + lo:ox + hi]
+                        own = hc_box[base + lo:base + hi]
+                        cell = overlap[base + lo:base + hi]
+                        for x in range(hi - lo):
+                            cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
+            # the interior planes (2D: the one plane), their first and last rows excluded (and the
+            # first and last cells, frozen, so that no neighbour index falls outside the box)
             if three_d:
-                _plane_3d(dst, src, image, psi_box, others, plane + bx, (bz - 1) * plane - bx, bx, plane, k, coef)
+                _plane_3d(dst, src, image, psi_box, overlap, plane + bx + 1, (bz - 1) * plane - bx - 1, bx, plane, k,
+                          coef)
             else:
-                _plane_2d(dst, src, image, psi_box, others, bx, plane - bx, bx, k, coef)
+                _plane_2d(dst, src, image, psi_box, overlap, bx + 1, plane - bx - 1, bx, k, coef)
             # frozen cells: box borders, cells outside the image
             for z in range(bz):
                 z_ok = oz + z >= 0 and oz + z < iz and (not three_d or (z > 0 and z < bz - 1))
@@ -238,15 +258,16 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
                     for x in range(min(hi, bx - 1), bx):
                         dst[base + x] = src[base + x]
         else:
-            for c in range(bz * plane):
+            for c in range(cells):
                 dst[c] = src[c]
         if whole:  # sums and compact Heavisides over the box, one flat pass
-            total_hi, total_h = _accumulate_row(dst, image, hc_box, 0, bz * plane, inv_eps)
+            total_hi, total_h = _accumulate_row(dst, image, hc_box, inv_eps)
         else:  # sums and compact Heavisides over the valid cells, row by row
             for z in range(bz):
                 for y in range(by):
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo:
-                        a, b = _accumulate_row(out[obj, z, y], image_box[obj, z, y], hc[obj, z, y], lo, hi, inv_eps)
+                        a, b = _accumulate_row(out[obj, z, y, lo:hi], image_box[obj, z, y, lo:hi],
+                                               hc[obj, z, y, lo:hi], inv_eps)
                         total_hi += a
                         total_h += b
         sums_out[obj, 0] = total_hi
