@@ -176,15 +176,18 @@ def _valid_x(origin_x, bx, ix):
 
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _accumulate_row(row, image_row, hc_row, inv_eps):
+def _accumulate_row(row, image_row, hc_row, h_row, inv_eps):
     """Compact Heavisides of a new row (or a flattened box) into hc_row; their region sums
-    (sum of H I, of H), accumulated in float64."""
-    acc_hi = 0.0
-    acc_h = 0.0
+    (sum of H I, of H), accumulated in float64. Two passes, H into the scratch h_row first:
+    the float64 sums in the loop of the Heavisides would halve its vector width."""
     for x in range(row.shape[0]):
         v = row[x]
         hc_row[x] = _heaviside_compact(v, inv_eps)
-        h = _heaviside(v, inv_eps)
+        h_row[x] = _heaviside(v, inv_eps)
+    acc_hi = 0.0
+    acc_h = 0.0
+    for x in range(row.shape[0]):
+        h = h_row[x]
         acc_hi += h * image_row[x]
         acc_h += h
     return acc_hi, acc_h
@@ -206,7 +209,9 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
     plane = by * bx
     cells = bz * plane
     inv_eps = coef[12]
-    overlap = np.zeros(cells, dtype=np.float32)  # the other objects' overlap, one box at a time
+    # the other objects' overlap at each cell of one box (cells outside the image keep stale values:
+    # they are frozen), then the scratch of _accumulate_row
+    overlap = np.zeros(cells, dtype=np.float32)
     for obj in range(first, last):
         s_hi = F32(sums_in[obj, 0])
         s_h = F32(sums_in[obj, 1])
@@ -261,13 +266,13 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
             for c in range(cells):
                 dst[c] = src[c]
         if whole:  # sums and compact Heavisides over the box, one flat pass
-            total_hi, total_h = _accumulate_row(dst, image, hc_box, inv_eps)
+            total_hi, total_h = _accumulate_row(dst, image, hc_box, overlap, inv_eps)
         else:  # sums and compact Heavisides over the valid cells, row by row
             for z in range(bz):
                 for y in range(by):
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo:
                         a, b = _accumulate_row(out[obj, z, y, lo:hi], image_box[obj, z, y, lo:hi],
-                                               hc[obj, z, y, lo:hi], inv_eps)
+                                               hc[obj, z, y, lo:hi], overlap[:hi - lo], inv_eps)
                         total_hi += a
                         total_h += b
         sums_out[obj, 0] = total_hi
@@ -288,16 +293,17 @@ def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
         row = canvas[gz, gy]
         for k in range(start, stop):
             obj = line_objects[k]
-            lo, hi = _valid_x(origins[obj, 2], bx, ix)
-            for x in range(origins[obj, 2] + lo, origins[obj, 2] + hi):
-                row[x] = _ZERO
-        for k in range(start, stop):
+            ox = origins[obj, 2]
+            lo, hi = _valid_x(ox, bx, ix)
+            row[ox + lo:ox + hi] = _ZERO
+        for k in range(start, stop):  # (views from index 0: no wrap-around of negative indices)
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            src = hc[obj, gz - origins[obj, 0], gy - origins[obj, 1]]
-            for x in range(lo, hi):
-                row[ox + x] += src[x]
+            target = row[ox + lo:ox + hi]
+            src = hc[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            for x in range(hi - lo):
+                target[x] += src[x]
 
 
 @njit(cache=True, error_model="numpy")
@@ -336,12 +342,13 @@ def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            src = phi[obj, gz - origins[obj, 0], gy - origins[obj, 1]]
-            for x in range(lo, hi):
+            src = phi[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            best_row, label_row = best[gz, gy, ox + lo:ox + hi], labels[gz, gy, ox + lo:ox + hi]
+            for x in range(hi - lo):
                 v = src[x]
-                if v > _ZERO and v >= best[gz, gy, ox + x]:
-                    best[gz, gy, ox + x] = v
-                    labels[gz, gy, ox + x] = obj + 1
+                if v > _ZERO and v >= best_row[x]:
+                    best_row[x] = v
+                    label_row[x] = obj + 1
 
 
 # -- reinitialisation: exact distance transforms per box ------------------------------------------
