@@ -17,9 +17,16 @@ sooner than ``parallel=True`` loops), so no two threads write the same cell:
   ``ivote_levelset_edt_*``), :func:`_moments` and :func:`_prior` (the shape prior's fit and
   evaluation), :func:`_labels` (largest positive level set per pixel, over image lines).
 
-2D runs as 3D with one plane (``bz = 1``, the z terms dropped). Arithmetic is float32 like
-the reference, with two polynomial kernels where libm would stop the loops from vectorising
-(arctan and sin(pi u), both within a few float32 ulps); sums over cells are float64.
+2D runs as 3D with one plane (``bz = 1``, z neighbours 0 apart so the z terms vanish): one
+compiled specialisation per kernel serves both. Arithmetic is float32 like the reference,
+with two polynomial kernels where libm would stop the loops from vectorising (arctan and
+sin(pi u), both within a few float32 ulps); sums over cells are float64.
+
+Compilation (paid once per machine, at the first segmentation) is kept short: the small
+helpers are inlined into their kernel by Numba (``_inline``: no compilation of their own),
+the stencil and the region sums have one call site each, set-up work stays in NumPy (:func:`_line_lists`), and no
+kernel assigns whole arrays (whose shape checks compile string formatting). Each kernel has
+one signature whatever the input (see ``tests/core/test_segment_numba.py``).
 """
 
 from __future__ import annotations
@@ -48,10 +55,12 @@ _EDT_INF = 1e30
 # reassociation lets the row loops (and their sums) vectorise; results differ from the
 # reference by rounding only, as the CUDA kernels' do
 _FAST = {"nsz", "arcp", "contract", "reassoc"}
+_inline = njit(inline="always", error_model="numpy")
+"""Helpers of one kernel: inlined into it by Numba (their caller's fastmath applies), not compiled apart."""
 
 
 # -- the smooth functions of levelset.cu (float32) ------------------------------------------------
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _atan(x):
     """arctan in float32 (Cephes' atanf: |x| > 1 folds to pi/2 - atan(1/|x|), above tan(pi/8) to
     pi/4 + atan((b - 1)/(b + 1)), then a degree-9 odd polynomial; within 2e-7 of arctan).
@@ -71,7 +80,7 @@ def _atan(x):
     return math.copysign(y, x)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _sinpi(u):
     """sin(pi u) for |u| <= 1 in float32 (Taylor series to degree 13 on [0, pi/2])."""
     a = abs(u)
@@ -82,18 +91,18 @@ def _sinpi(u):
     return math.copysign(s, u)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _heaviside(phi, inv_eps):
     return _HALF + _atan(phi * inv_eps) * _INV_PI
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _heaviside_compact(phi, inv_eps):
     u = min(max(phi * inv_eps, -_ONE), _ONE)  # u = +-1 gives exactly 1 and 0
     return _HALF * (_ONE + u + _sinpi(u) * _INV_PI)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _next(phi, g2, num, value, psi, overlap, k):
     """phi^(k+1) of one interior cell from its curvature terms (ivote_levelset_next); ``overlap``
     is the other objects' compact Heavisides at the cell, clipped to [0, 1], and ``k`` the
@@ -112,33 +121,14 @@ def _next(phi, g2, num, value, psi, overlap, k):
 # The stencil loops index views that start at each neighbour's offset, so every index is the loop
 # counter: Numba's wrap-around of negative indices (src[c - 1] with c possibly 0, as far as LLVM
 # knows) would otherwise turn each neighbour load into a scalar gather (2x slower loops).
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_2d(dst, src, image, psi, overlap, start, stop, bx, k, coef):
-    """Update cells [start, stop) of a 2D box, flattened (y, x): central differences with the
-    cross-derivative, as ivote_levelset_next. One long loop, so that it vectorises without a
-    scalar tail per row; the box-edge columns it also computes (their x neighbours wrap to
-    the next row) are frozen and put back by the caller."""
-    hy, hx, hyy, hxx, hyx = coef[15], coef[16], coef[18], coef[19], coef[22]
-    centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
-    north, south = src[start - bx:stop - bx], src[start + bx:stop + bx]
-    nw, ne = src[start - bx - 1:stop - bx - 1], src[start - bx + 1:stop - bx + 1]
-    sw, se = src[start + bx - 1:stop + bx - 1], src[start + bx + 1:stop + bx + 1]
-    new, value, prior, others = dst[start:stop], image[start:stop], psi[start:stop], overlap[start:stop]
-    for c in range(stop - start):
-        v = centre[c]
-        px = (east[c] - west[c]) * hx
-        py = (south[c] - north[c]) * hy
-        pxx = (east[c] - _TWO * v + west[c]) * hxx
-        pyy = (south[c] - _TWO * v + north[c]) * hyy
-        pyx = (se[c] - sw[c] - ne[c] + nw[c]) * hyx
-        g2 = py * py + px * px
-        num = pyy * (g2 - py * py) + pxx * (g2 - px * px) - _TWO * py * px * pyx
-        new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
-
-
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_3d(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
-    """The same for cells [start, stop) of a 3D box flattened (z, y, x), z neighbours ``plane`` apart."""
+@_inline
+def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
+    """Update cells [start, stop) of a box flattened (z, y, x), z neighbours ``plane`` apart:
+    central differences with the cross-derivatives, as ivote_levelset_next. One long loop, so
+    that it vectorises without a scalar tail per row; the box-edge columns it also computes
+    (their x neighbours wrap to the next row) are frozen and put back by the caller. A 2D box
+    passes ``plane = 0``: its z differences are then exactly 0 and so are the z terms (one
+    stencil, compiled once, for 2D and 3D)."""
     hz, hy, hx, hzz, hyy, hxx = coef[14], coef[15], coef[16], coef[17], coef[18], coef[19]
     hzy, hzx, hyx = coef[20], coef[21], coef[22]
     centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
@@ -169,13 +159,13 @@ def _plane_3d(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
         new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _valid_x(origin_x, bx, ix):
     """The box's x range [lo, hi) inside the image."""
     return max(0, -origin_x), min(bx, ix - origin_x)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _accumulate_row(row, image_row, hc_row, h_row, inv_eps):
     """Compact Heavisides of a new row (or a flattened box) into hc_row; their region sums
     (sum of H I, of H), accumulated in float64. Two passes, H into the scratch h_row first:
@@ -244,11 +234,8 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
                             cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
             # the interior planes (2D: the one plane), their first and last rows excluded (and the
             # first and last cells, frozen, so that no neighbour index falls outside the box)
-            if three_d:
-                _plane_3d(dst, src, image, psi_box, overlap, plane + bx + 1, (bz - 1) * plane - bx - 1, bx, plane, k,
-                          coef)
-            else:
-                _plane_2d(dst, src, image, psi_box, overlap, bx + 1, plane - bx - 1, bx, k, coef)
+            z_step = plane if three_d else 0
+            _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
             # frozen cells: box borders, cells outside the image
             for z in range(bz):
                 z_ok = oz + z >= 0 and oz + z < iz and (not three_d or (z > 0 and z < bz - 1))
@@ -265,16 +252,18 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
         else:
             for c in range(cells):
                 dst[c] = src[c]
-        if whole:  # sums and compact Heavisides over the box, one flat pass
-            total_hi, total_h = _accumulate_row(dst, image, hc_box, overlap, inv_eps)
-        else:  # sums and compact Heavisides over the valid cells, row by row
-            for z in range(bz):
-                for y in range(by):
-                    if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo:
-                        a, b = _accumulate_row(out[obj, z, y, lo:hi], image_box[obj, z, y, lo:hi],
-                                               hc[obj, z, y, lo:hi], overlap[:hi - lo], inv_eps)
-                        total_hi += a
-                        total_h += b
+        # sums and compact Heavisides over the valid cells: the whole box in one run when it lies
+        # inside the image, else row by row (one call site: each site is compiled in full)
+        for run in range(1 if whole else bz * by):
+            z, y = run // by, run % by
+            if not whole and not (oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo):
+                continue
+            first_cell = 0 if whole else z * plane + y * bx + lo
+            end = cells if whole else first_cell + hi - lo
+            a, b = _accumulate_row(dst[first_cell:end], image[first_cell:end], hc_box[first_cell:end],
+                                   overlap[first_cell:end], inv_eps)
+            total_hi += a
+            total_h += b
         sums_out[obj, 0] = total_hi
         sums_out[obj, 1] = total_h
 
@@ -306,27 +295,19 @@ def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
                 target[x] += src[x]
 
 
-@njit(cache=True, error_model="numpy")
 def _line_lists(origins, box, image):
-    """CSR lists of the boxes covering each image line (ascending object order)."""
-    bz, by = box[0], box[1]
-    iz, iy = image[0], image[1]
-    counts = np.zeros(iz * iy + 1, dtype=np.int64)
-    n = origins.shape[0]
-    for obj in range(n):
-        for gz in range(max(origins[obj, 0], 0), min(origins[obj, 0] + bz, iz)):
-            for gy in range(max(origins[obj, 1], 0), min(origins[obj, 1] + by, iy)):
-                counts[gz * iy + gy + 1] += 1
-    start = np.cumsum(counts)
-    fill = start[:-1].copy()
-    objects = np.empty(start[-1], dtype=np.int64)
-    for obj in range(n):
-        for gz in range(max(origins[obj, 0], 0), min(origins[obj, 0] + bz, iz)):
-            for gy in range(max(origins[obj, 1], 0), min(origins[obj, 1] + by, iy)):
-                line = gz * iy + gy
-                objects[fill[line]] = obj
-                fill[line] += 1
-    return start, objects
+    """CSR lists of the boxes covering each image line (ascending object order), in NumPy:
+    set-up work, not worth a compiled kernel (each one costs compilation at the first call)."""
+    n, (bz, by), (iz, iy) = len(origins), box[:2], image[:2]
+    z = origins[:, :1] + np.arange(bz)  # (n, bz) image planes of each box
+    y = origins[:, 1:2] + np.arange(by)  # (n, by) image rows
+    inside = ((z >= 0) & (z < iz))[:, :, None] & ((y >= 0) & (y < iy))[:, None, :]
+    lines = (z[:, :, None] * iy + y[:, None, :])[inside]
+    objects = np.broadcast_to(np.arange(n)[:, None, None], inside.shape)[inside]
+    order = np.argsort(lines, kind="stable")  # boxes come in object order: stable keeps it per line
+    start = np.zeros(iz * iy + 1, dtype=np.int64)
+    np.cumsum(np.bincount(lines, minlength=iz * iy), out=start[1:])
+    return start, objects[order].astype(np.int64)
 
 
 # -- labels ----------------------------------------------------------------------------------------
@@ -513,8 +494,9 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
     m = moments.shape[1]
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        acc = np.zeros(m)
-        r = np.empty(3)
+        acc = moments[obj]  # (element-wise: an array assignment would compile its error messages)
+        for j in range(m):
+            acc[j] = 0.0
         for z in range(bz):
             for y in range(by):
                 if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
@@ -523,9 +505,8 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                 for x in range(lo, hi):
                     if not phi[obj, z, y, x] > _ZERO:
                         continue
-                    r[0] = (z - 0.5 * (bz - 1)) * spacing[0]
-                    r[1] = (y - 0.5 * (by - 1)) * spacing[1]
-                    r[2] = (x - 0.5 * (bx - 1)) * spacing[2]
+                    r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
+                         (x - 0.5 * (bx - 1)) * spacing[2])
                     acc[0] += 1.0
                     col = 1 + ndim
                     for j in range(ndim):
@@ -534,7 +515,6 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                         for k in range(j, ndim):
                             acc[col] += rj * r[3 - ndim + k]
                             col += 1
-        moments[obj] = acc
 
 
 @njit(cache=True, error_model="numpy")
