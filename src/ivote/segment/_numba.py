@@ -333,7 +333,7 @@ def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
 
 
 # -- reinitialisation: exact distance transforms per box ------------------------------------------
-@njit(cache=True, error_model="numpy")
+@_inline
 def _envelope(f, n, h, out, v, bounds):
     """out[q] = min_p f[p] + ((q - p) h)^2 over the sites p with finite f (Felzenszwalb &
     Huttenlocher's lower envelope of parabolas), all float64; _EDT_INF where no site is."""
@@ -374,54 +374,35 @@ def _envelope(f, n, h, out, v, bounds):
 
 
 @njit(cache=True, error_model="numpy")
-def _edt_box(inside, spacing, g_in, g_out):
-    """Squared distances (physical) within one box: g_in from inside cells to the nearest
-    outside cell, g_out from outside cells to the nearest inside cell (_EDT_INF when none)."""
+def _edt_box(inside, spacing, g):
+    """Squared distances (physical) within one box: g[0] from inside cells to the nearest
+    outside cell, g[1] from outside cells to the nearest inside cell (0 on the cells of the
+    other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z,
+    through one line loop (strided views of the flattened box; one envelope to compile)."""
     bz, by, bx = inside.shape
-    hz, hy, hx = spacing[0], spacing[1], spacing[2]
-    for z in range(bz):  # along x: nearest cell of the other kind, left and right sweeps
-        for y in range(by):
-            last_in, last_out = -1, -1
-            for x in range(bx):
-                if inside[z, y, x]:
-                    last_in = x
-                    g_out[z, y, x] = 0.0
-                    g_in[z, y, x] = _EDT_INF if last_out < 0 else ((x - last_out) * hx) ** 2
-                else:
-                    last_out = x
-                    g_in[z, y, x] = 0.0
-                    g_out[z, y, x] = _EDT_INF if last_in < 0 else ((x - last_in) * hx) ** 2
-            last_in, last_out = -1, -1
-            for x in range(bx - 1, -1, -1):
-                if inside[z, y, x]:
-                    last_in = x
-                    if last_out >= 0:
-                        g_in[z, y, x] = min(g_in[z, y, x], ((last_out - x) * hx) ** 2)
-                else:
-                    last_out = x
-                    if last_in >= 0:
-                        g_out[z, y, x] = min(g_out[z, y, x], ((last_in - x) * hx) ** 2)
-    longest = max(by, bz)
+    cells = bz * by * bx
+    flat_inside = inside.ravel()
+    longest = max(max(bx, by), bz)
     f = np.empty(longest)
     result = np.empty(longest)
     sites = np.empty(longest, dtype=np.int64)
     bounds = np.empty(longest + 1)
-    for g in (g_in, g_out):
-        for z in range(bz):  # along y
-            for x in range(bx):
-                for y in range(by):
-                    f[y] = g[z, y, x]
-                _envelope(f, by, hy, result, sites, bounds)
-                for y in range(by):
-                    g[z, y, x] = result[y]
-        if bz > 1:  # along z
-            for y in range(by):
-                for x in range(bx):
-                    for z in range(bz):
-                        f[z] = g[z, y, x]
-                    _envelope(f, bz, hz, result, sites, bounds)
-                    for z in range(bz):
-                        g[z, y, x] = result[z]
+    for kind in range(2):
+        distances = g[kind].ravel()
+        for c in range(cells):
+            distances[c] = _EDT_INF if flat_inside[c] == (kind == 0) else 0.0
+        for axis in range(2, -1, -1):  # x, y, z: the order of the sums of squares
+            length = bx if axis == 2 else (by if axis == 1 else bz)
+            stride = 1 if axis == 2 else (bx if axis == 1 else by * bx)
+            if length == 1:
+                continue
+            for line in range(cells // length):
+                base = (line // stride) * stride * length + line % stride
+                for i in range(length):
+                    f[i] = distances[base + i * stride]
+                _envelope(f, length, spacing[axis], result, sites, bounds)
+                for i in range(length):
+                    distances[base + i * stride] = result[i]
 
 
 @njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
@@ -433,12 +414,14 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
     iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
     three_d = bz > 1
     clip32 = F32(clip)
-    step = np.empty(3, dtype=np.float32)
-    for a in range(3):
-        step[a] = F32(2.0 * spacing[a])
+    step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
+    inside = np.empty((bz, by, bx), dtype=np.bool_)  # one box at a time
+    flat_inside = inside.ravel()
+    g = np.empty((2, bz, by, bx))
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        inside = np.zeros((bz, by, bx), dtype=np.bool_)
+        for c in range(bz * by * bx):
+            flat_inside[c] = False
         found = False
         for z in range(bz):
             for y in range(by):
@@ -450,9 +433,7 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
                         inside[z, y, x] = True
                         found = True
         any_inside[obj] = found
-        g_in = np.empty((bz, by, bx))
-        g_out = np.empty((bz, by, bx))
-        _edt_box(inside, spacing, g_in, g_out)
+        _edt_box(inside, spacing, g)
         box = phi[obj]
         for z in range(bz):
             zl, zh = max(z - 1, 0), min(z + 1, bz - 1)
@@ -463,9 +444,9 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
                     me = inside[z, y, x]
                     value = box[z, y, x]
                     if me:
-                        sdf = F32(np.sqrt(g_in[z, y, x])) - _HALF
+                        sdf = F32(np.sqrt(g[0, z, y, x])) - _HALF
                     else:
-                        sdf = -(min(F32(np.sqrt(g_out[z, y, x])), clip32) - _HALF)
+                        sdf = -(min(F32(np.sqrt(g[1, z, y, x])), clip32) - _HALF)
                     gx = (box[z, y, xh] - box[z, y, xl]) / step[2]
                     gy = (box[z, yh, x] - box[z, yl, x]) / step[1]
                     grad2 = gy * gy + gx * gx
