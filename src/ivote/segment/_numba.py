@@ -498,7 +498,7 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                             col += 1
 
 
-@njit(cache=True, error_model="numpy")
+@_inline
 def _grid_coordinate(u, extent, inv_step, top, t):
     """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
     g = min(max((u + extent) * inv_step, _ZERO), top)
@@ -511,7 +511,9 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
     multilinear interpolation of mean + sum_k w_k mode_k on the canonical grid (clamped), times s.
     templates: (1 + K, T**ndim). The object's mode weights are applied once per grid node (the
-    same products and order as prior_sdf's per tap), then the same taps in the same order."""
+    same products and order as prior_sdf's per tap), then the same taps in the same order: one
+    loop over the 2**ndim corners for 2D and 3D (the products in the order of the unrolled
+    bilinear and trilinear sums)."""
     n, bz, by, bx = psi.shape
     nodes = templates.shape[1]
     t = int(round(nodes ** (1.0 / ndim)))
@@ -519,18 +521,20 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
     inv_step = F32((t - 1) / (2.0 * extent))
     extent32 = F32(extent)
     top = F32(t - 1)
-    box = np.array((bz, by, bx))
+    box = (bz, by, bx)
+    shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
+    rel = np.empty((3, max(max(bz, by), bx)), dtype=np.float32)
+    low = np.empty(3, dtype=np.int64)
+    frac = np.empty(3, dtype=np.float32)
     for obj in range(first, last):
         p = pose[obj]
         scale = p[ndim + ndim * ndim]
-        shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k
         for node in range(nodes):
             tap = templates[0, node]
             for k in range(n_modes):
                 tap = tap + p[ndim + ndim * ndim + 1 + k] * templates[1 + k, node]
             shape[node] = tap
         # rel[i, position]: physical coordinate along box axis i, minus the object's centre
-        rel = np.zeros((3, max(bz, by, bx)), dtype=np.float32)
         for i in range(ndim):
             a = 3 - ndim + i
             for position in range(box[a]):
@@ -539,32 +543,21 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
         for z in range(bz):
             for y in range(by):
                 for x in range(bx):
-                    if ndim == 2:
-                        r0, r1, r2 = rel[0, y], rel[1, x], _ZERO
-                    else:
-                        r0, r1, r2 = rel[0, z], rel[1, y], rel[2, x]
+                    cell = (z, y, x)
+                    for i in range(ndim):  # u_i = (R^T rel)_i / s, then its grid node and fraction
+                        u = _ZERO
+                        for j in range(ndim):
+                            u = u + r[j * ndim + i] * rel[j, cell[3 - ndim + j]]
+                        low[i], frac[i] = _grid_coordinate(u / scale, extent32, inv_step, top, t)
                     value = _ZERO
-                    if ndim == 2:
-                        i0, f0 = _grid_coordinate((_ZERO + r[0] * r0 + r[2] * r1) / scale, extent32, inv_step, top, t)
-                        i1, f1 = _grid_coordinate((_ZERO + r[1] * r0 + r[3] * r1) / scale, extent32, inv_step, top, t)
-                        base = i0 * t + i1
-                        value = value + (_ONE - f0) * (_ONE - f1) * shape[base]
-                        value = value + (_ONE - f0) * f1 * shape[base + 1]
-                        value = value + f0 * (_ONE - f1) * shape[base + t]
-                        value = value + f0 * f1 * shape[base + t + 1]
-                    else:
-                        i0, f0 = _grid_coordinate((_ZERO + r[0] * r0 + r[3] * r1 + r[6] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        i1, f1 = _grid_coordinate((_ZERO + r[1] * r0 + r[4] * r1 + r[7] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        i2, f2 = _grid_coordinate((_ZERO + r[2] * r0 + r[5] * r1 + r[8] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        for corner in range(8):
-                            b0, b1, b2 = corner >> 2, (corner >> 1) & 1, corner & 1
-                            weight = _ONE * (f0 if b0 else _ONE - f0)
-                            weight = weight * (f1 if b1 else _ONE - f1)
-                            weight = weight * (f2 if b2 else _ONE - f2)
-                            value = value + weight * shape[((i0 + b0) * t + i1 + b1) * t + i2 + b2]
+                    for corner in range(1 << ndim):  # the first axis is the corner's highest bit
+                        weight = _ONE
+                        node = 0
+                        for i in range(ndim):
+                            b = (corner >> (ndim - 1 - i)) & 1
+                            weight = weight * (frac[i] if b else _ONE - frac[i])
+                            node = node * t + low[i] + b
+                        value = value + weight * shape[node]
                     psi[obj, z, y, x] = value * scale
 
 
