@@ -166,109 +166,84 @@ def _valid_x(origin_x, bx, ix):
 
 
 @_inline
-def _accumulate_row(row, image_row, hc_row, h_row, inv_eps):
-    """Compact Heavisides of a new row (or a flattened box) into hc_row; their region sums
-    (sum of H I, of H), accumulated in float64. Two passes, H into the scratch h_row first:
-    the float64 sums in the loop of the Heavisides would halve its vector width."""
-    for x in range(row.shape[0]):
-        v = row[x]
-        hc_row[x] = _heaviside_compact(v, inv_eps)
-        h_row[x] = _heaviside(v, inv_eps)
+def _accumulate_box(box, image, valid, hc, h, inv_eps):
+    """Compact Heavisides of a new (flattened) box into hc; its region sums over the valid
+    cells (sum of H I, of H), in float64. Two passes, H (0 on invalid cells) into the scratch
+    h first: the float64 sums in the loop of the Heavisides would halve its vector width."""
+    for c in range(box.shape[0]):
+        v = box[c]
+        hc[c] = _heaviside_compact(v, inv_eps)
+        h[c] = _heaviside(v, inv_eps) if valid[c] else _ZERO
     acc_hi = 0.0
     acc_h = 0.0
-    for x in range(row.shape[0]):
-        h = h_row[x]
-        acc_hi += h * image_row[x]
-        acc_h += h
+    for c in range(box.shape[0]):
+        acc_hi += h[c] * image[c]
+        acc_h += h[c]
     return acc_hi, acc_h
 
 
 # -- one iteration ---------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
-def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, coef, hc, sums_out, update):
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
+def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, valid, frozen, coef, hc,
+          sums_out, update):
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
-    phi, out, image_box, psi, hc: (N, bz, by, bx); canvas: (iz, iy, ix), the compact Heavisides
-    of phi summed over objects (from :func:`_canvas`), hc those of phi on entry and of out on
-    return; sums_in / sums_out (N, 2) float64: sum of H(phi) I and of H(phi) over valid cells, of
-    phi and of out; origins (N, 3). Box borders and cells outside the image keep their value.
+    phi, out, image_box, psi, hc: (N, bz, by, bx); valid, frozen: (N, bz, by, bx) bool, the cell
+    lies in the image; it is a box border or outside the image (it keeps its value); canvas:
+    (iz, iy, ix), the compact Heavisides of phi summed over objects (from :func:`_canvas`), hc
+    those of phi on entry and of out on return; sums_in / sums_out (N, 2) float64: sum of
+    H(phi) I and of H(phi) over valid cells, of phi and of out; origins (N, 3).
     """
     n, bz, by, bx = phi.shape
     iz, iy, ix = canvas.shape
-    three_d = bz > 1
     plane = by * bx
     cells = bz * plane
+    z_step = plane if bz > 1 else 0  # a 2D box: z neighbours 0 apart, so the z terms vanish
     inv_eps = coef[12]
-    # the other objects' overlap at each cell of one box (cells outside the image keep stale values:
-    # they are frozen), then the scratch of _accumulate_row
+    boxes = (phi.reshape(n, cells), out.reshape(n, cells), image_box.reshape(n, cells), psi.reshape(n, cells),
+             hc.reshape(n, cells))
+    masks = (valid.reshape(n, cells), frozen.reshape(n, cells))
+    # the other objects' overlap at each cell of one box (cells outside the image keep stale
+    # values: they are frozen), then the scratch of the region sums
     overlap = np.zeros(cells, dtype=np.float32)
     for obj in range(first, last):
-        s_hi = F32(sums_in[obj, 0])
-        s_h = F32(sums_in[obj, 1])
-        c_in = s_hi / max(s_h, _G2_EPS)
-        c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
-        c_in = max(c_in, c_out + _CONTRAST_FLOOR)
-        inv_contrast = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
-        # levelset.cu's coef: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, eps/pi
-        k = (c_in, c_out, inv_contrast, coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6], coef[7],
-             coef[13])
-        oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        lo, hi = _valid_x(ox, bx, ix)
-        src, dst = phi[obj].ravel(), out[obj].ravel()
-        image, psi_box, hc_box = image_box[obj].ravel(), psi[obj].ravel(), hc[obj].ravel()
-        # the box lies whole inside the image: its sums in one flat pass
-        whole = oz >= 0 and oz + bz <= iz and oy >= 0 and oy + by <= iy and lo == 0 and hi == bx
-        total_hi = 0.0
-        total_h = 0.0
-        if update and hi - lo > 2:
+        src, dst, image, psi_box, hc_box = boxes[0][obj], boxes[1][obj], boxes[2][obj], boxes[3][obj], boxes[4][obj]
+        if update:
+            s_hi = F32(sums_in[obj, 0])
+            s_h = F32(sums_in[obj, 1])
+            c_in = s_hi / max(s_h, _G2_EPS)
+            c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
+            c_in = max(c_in, c_out + _CONTRAST_FLOOR)
+            inv_contrast = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
+            # levelset.cu's coef: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, eps/pi
+            k = (c_in, c_out, inv_contrast, coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6], coef[7],
+                 coef[13])
             # the other objects at every cell: the canvas less this object's own compact
-            # Heaviside (hc holds that of phi), clipped as _reference.step (0 outside the image)
+            # Heaviside (hc holds that of phi), clipped as _reference.step
+            oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
+            lo, hi = _valid_x(ox, bx, ix)
             for z in range(bz):
                 for y in range(by):
-                    base = z * plane + y * bx
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy:
+                        base = z * plane + y * bx
                         row = canvas[oz + z, oy + y, ox + lo:ox + hi]
                         own = hc_box[base + lo:base + hi]
                         cell = overlap[base + lo:base + hi]
                         for x in range(hi - lo):
                             cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
-            # the interior planes (2D: the one plane), their first and last rows excluded (and the
-            # first and last cells, frozen, so that no neighbour index falls outside the box)
-            z_step = plane if three_d else 0
+            # every cell but the first and last plane (3D) and row, then the frozen ones put back
             _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
-            # frozen cells: box borders, cells outside the image
-            for z in range(bz):
-                z_ok = oz + z >= 0 and oz + z < iz and (not three_d or (z > 0 and z < bz - 1))
-                for y in range(by):
-                    base = z * plane + y * bx
-                    if not z_ok or y == 0 or y == by - 1 or oy + y < 0 or oy + y >= iy:
-                        for x in range(bx):
-                            dst[base + x] = src[base + x]
-                        continue
-                    for x in range(max(lo, 1)):
-                        dst[base + x] = src[base + x]
-                    for x in range(min(hi, bx - 1), bx):
-                        dst[base + x] = src[base + x]
+            keep = masks[1][obj]
+            for c in range(cells):
+                if keep[c]:
+                    dst[c] = src[c]
         else:
             for c in range(cells):
                 dst[c] = src[c]
-        # sums and compact Heavisides over the valid cells: the whole box in one run when it lies
-        # inside the image, else row by row (one call site: each site is compiled in full)
-        for run in range(1 if whole else bz * by):
-            z, y = run // by, run % by
-            if not whole and not (oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo):
-                continue
-            first_cell = 0 if whole else z * plane + y * bx + lo
-            end = cells if whole else first_cell + hi - lo
-            a, b = _accumulate_row(dst[first_cell:end], image[first_cell:end], hc_box[first_cell:end],
-                                   overlap[first_cell:end], inv_eps)
-            total_hi += a
-            total_h += b
-        sums_out[obj, 0] = total_hi
-        sums_out[obj, 1] = total_h
+        sums_out[obj, 0], sums_out[obj, 1] = _accumulate_box(dst, image, masks[0][obj], hc_box, overlap, inv_eps)
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
     """canvas[pixel] = sum over the boxes covering it of hc (their valid cells), on image lines
     first..last (lines run in parallel), each line's covering boxes from the CSR lists."""
@@ -311,7 +286,7 @@ def _line_lists(origins, box, image):
 
 
 # -- labels ----------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
     """Each pixel of image lines first..last to the object with the largest positive level set
     (ties: the higher label); labels and best start at 0."""
@@ -405,7 +380,7 @@ def _edt_box(inside, spacing, g):
                     distances[base + i * stride] = result[i]
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, any_inside):
     """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
     inside cells d_in - 1/2, outside -(min(d_out, clip) - 1/2), cells with an axis neighbour
@@ -464,7 +439,7 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
 
 
 # -- the shape prior -------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _moments(first, last, phi, origins, image_shape, spacing, moments):
     """Per object first..last, sums over its inside cells (phi > 0, in the image) of
     [1, r_j, r_j r_k (j <= k)], r the box-centred physical position (z, y, x; 2D boxes use y, x),
@@ -506,7 +481,7 @@ def _grid_coordinate(u, extent, inv_step, top, t):
     return i0, g - F32(i0)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
     multilinear interpolation of mean + sum_k w_k mode_k on the canonical grid (clamped), times s.
@@ -596,6 +571,8 @@ class NumbaStepper:
         shape4 = (n,) + self.box3
         self.image_box = np.ascontiguousarray(batch.image_box, dtype=np.float32).reshape(shape4)
         self.region_consts = np.ascontiguousarray(np.stack([batch.sum_image, batch.n_valid], axis=1), dtype=np.float32)
+        self.valid = np.ascontiguousarray(batch.valid, dtype=np.bool_).reshape(shape4)
+        self.frozen = np.ascontiguousarray(batch.frozen, dtype=np.bool_).reshape(shape4)
         self.psi = np.zeros(shape4, dtype=np.float32)
         self.hc = np.zeros(shape4, dtype=np.float32)
         self.canvas = np.zeros(self.image3, dtype=np.float32)
@@ -628,16 +605,17 @@ class NumbaStepper:
         scratch = np.empty_like(current)
         sums_in, sums_out = self.sums
         args = (self.image_box, self.psi, self.canvas)
+        masks = (self.valid, self.frozen)
         with numba_lock:  # one block of iterations at a time (see _backend.numba_lock)
             # prime: the compact Heavisides and region sums of phi, then their canvas
             n, lines = len(current), self.image3[0] * self.image3[1]
-            for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, self.coef,
+            for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, *masks, self.coef,
                        self.hc, sums_in, False)
             for _ in range(count):
                 for_ranges(_canvas, lines, self.hc, self.origins, self.line_start, self.line_objects, self.canvas,
                            grain=16)
-                for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, self.coef,
-                           self.hc, sums_out, True)
+                for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, *masks,
+                           self.coef, self.hc, sums_out, True)
                 current, scratch = scratch, current
                 sums_in, sums_out = sums_out, sums_in
         return current.reshape(self.batch.valid.shape)
