@@ -14,8 +14,8 @@ sooner than ``parallel=True`` loops), so no two threads write the same cell:
   (a line is a row of a 2D image, a (z, y) row of a volume), each line adding the boxes that
   cover it, so the scatter of overlapping boxes needs no atomics;
 * :func:`_reinitialise` (exact separable distance transforms of every box, as
-  ``ivote_levelset_edt_*``), :func:`_prior` (the shape prior's evaluation; its fit is the
-  reference's GEMM), :func:`_labels` (largest positive level set per pixel, over image lines).
+  ``ivote_levelset_edt_*``), :func:`_moments` and :func:`_prior` (the shape prior's fit and
+  evaluation), :func:`_labels` (largest positive level set per pixel, over image lines).
 
 2D runs as 3D with one plane (``bz = 1``, z neighbours 0 apart so the z terms vanish): one
 compiled specialisation per kernel serves both. Arithmetic is float32 like the reference,
@@ -38,7 +38,7 @@ from numba import njit
 
 from .._backend import numba_lock
 from .._parallel import for_ranges
-from ._shape_prior import fit_poses, moment_features
+from ._shape_prior import poses_from_moments
 
 __all__ = ["NumbaStepper"]
 
@@ -52,7 +52,6 @@ _G2_EPS = F32(1e-6)
 _CONTRAST_MIN = F32(0.0025)
 _CONTRAST_FLOOR = F32(0.05)  # c_in >= c_out + 0.05: nuclei are brighter than their surroundings (_reference)
 _EDT_INF = 1e30
-_FIT_BYTES = 64 << 20  # the float64 masks of one slice of objects in the pose fit
 # reassociation lets the row loops (and their sums) vectorise; results differ from the
 # reference by rounding only, as the CUDA kernels' do
 _FAST = {"nsz", "arcp", "contract", "reassoc"}
@@ -440,6 +439,40 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
 
 
 # -- the shape prior -------------------------------------------------------------------------------
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+def _moments(first, last, phi, origins, image_shape, spacing, moments):
+    """Per object first..last, sums over its inside cells (phi > 0, in the image) of
+    [1, r_j, r_j r_k (j <= k)], r the box-centred physical position (z, y, x; 2D boxes use y, x),
+    float64, into ``moments`` (n, m)."""
+    n, bz, by, bx = phi.shape
+    iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
+    ndim = 3 if bz > 1 else 2
+    m = moments.shape[1]
+    for obj in range(first, last):
+        oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
+        acc = moments[obj]  # (element-wise: an array assignment would compile its error messages)
+        for j in range(m):
+            acc[j] = 0.0
+        for z in range(bz):
+            for y in range(by):
+                if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
+                    continue
+                lo, hi = _valid_x(ox, bx, ix)
+                for x in range(lo, hi):
+                    if not phi[obj, z, y, x] > _ZERO:
+                        continue
+                    r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
+                         (x - 0.5 * (bx - 1)) * spacing[2])
+                    acc[0] += 1.0
+                    col = 1 + ndim
+                    for j in range(ndim):
+                        rj = r[3 - ndim + j]
+                        acc[1 + j] += rj
+                        for k in range(j, ndim):
+                            acc[col] += rj * r[3 - ndim + k]
+                            col += 1
+
+
 @_inline
 def _grid_coordinate(u, extent, inv_step, top, t):
     """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
@@ -545,21 +578,19 @@ class NumbaStepper:
         self.canvas = np.zeros(self.image3, dtype=np.float32)
         self.sums = [np.zeros((n, 2)), np.zeros((n, 2))]
         self.prior_model = batch.prior
-        self.features = moment_features(batch.box_shape, batch.spacing, np)
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
 
     def _boxes(self, phi):
         return np.ascontiguousarray(phi, dtype=np.float32).reshape((phi.shape[0],) + self.box3)
 
     def fit(self, phi):
-        """Every object's pose, scale and mode weights from its mask: _shape_prior.fit_poses (a
-        GEMM of the masks, no kernel to compile), on slices of objects whose float64 masks
-        stay under ``_FIT_BYTES``."""
-        b = self.batch
-        inside = (phi > 0) & b.valid
-        per_slice = max(1, _FIT_BYTES // (8 * inside[0].size))
-        return np.concatenate([fit_poses(inside[i:i + per_slice], self.features, b.spacing, self.prior_model, np)
-                               for i in range(0, len(inside), per_slice)])
+        """Every object's pose, scale and mode weights from its mask (as _shape_prior.fit_poses)."""
+        boxes = self._boxes(phi)
+        ndim = 3 if boxes.shape[1] > 1 else 2
+        moments = np.zeros((len(boxes), 1 + ndim + ndim * (ndim + 1) // 2))
+        with numba_lock:
+            for_ranges(_moments, len(boxes), boxes, self.origins, np.array(self.image3), self.spacing3, moments)
+        return poses_from_moments(moments, self.batch.spacing, self.prior_model, np)
 
     def prior(self, pose):
         """Evaluate every object's fitted prior on its box into ``self.psi`` (read by the step)."""
