@@ -24,9 +24,10 @@ sin(pi u), both within a few float32 ulps); sums over cells are float64.
 
 Compilation (paid once per machine, at the first segmentation) is kept short: the small
 helpers are inlined into their kernel by Numba (``_inline``: no compilation of their own),
-the stencil and the region sums have one call site each, set-up work stays in NumPy (:func:`_line_lists`), and no
-kernel assigns whole arrays (whose shape checks compile string formatting). Each kernel has
-one signature whatever the input (see ``tests/core/test_segment_numba.py``).
+the stencil and the region sums have one call site each, 2D and 3D share every loop,
+set-up work stays in NumPy (:func:`_line_lists`), and no kernel assigns whole arrays (whose
+shape checks compile string formatting). Each kernel has one signature whatever the input
+(see ``tests/core/test_segment_numba.py``).
 """
 
 from __future__ import annotations
