@@ -8,7 +8,8 @@ the demo's defaults). ``--quick``: 512^2 with 50 nuclei.
 * Numba: one warm-up call (loads the on-disk cache, or compiles), then the best of
   ``--repeats`` calls, on all threads and on one (the scaling); a breakdown of one call into
   phases (``_segment.PROFILE``, wall ms). ``--compile`` also times the first call in a fresh
-  interpreter with an empty cache directory (the compile from nothing) and with the cache.
+  interpreter with an empty cache directory (the compile from nothing) and with the cache,
+  counting Numba's compilations (none should happen with the cache on disk).
 * NumPy path (``IVOTE_BACKEND=numpy``): a few iterations, extrapolated to all of them (the
   set-up, timed with 0 iterations, added once), as ``bench_segment.py`` does.
 * scikit-image: ``skimage.segmentation.watershed`` of the inverted distance transform of an
@@ -17,7 +18,8 @@ the demo's defaults). ``--quick``: 512^2 with 50 nuclei.
 Timings on a shared machine are noisy: the table gives the best of the repeats and the
 process CPU time of the one-thread run, which other processes disturb less.
 
-Usage: python benchmarks/bench_cpu_segment.py [--quick] [--repeats N] [--compile] [--out FILE]
+Usage: python benchmarks/bench_cpu_segment.py [--quick] [--repeats N] [--compile [--compile-repeats N]]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -117,24 +119,41 @@ def watershed_time(image, seeds):
     return best, labels
 
 
-def compile_times():
-    """First call of a small 2D and 3D segmentation in a fresh interpreter: with an empty
-    Numba cache directory (compile from nothing), then again (the cache on disk)."""
-    code = (
-        "import time; t0 = time.perf_counter()\n"
-        "from ivote.data import synthetic_nuclei; from ivote.segment import segment_nuclei\n"
-        "for shape in ((48, 48), (12, 32, 32)):\n"
-        "    s = synthetic_nuclei(shape, radius=5, seed=1)\n"
-        "    segment_nuclei(s.image, s.centers, radius=5, iterations=3)\n"
-        "print(time.perf_counter() - t0)\n"
-    )
-    out = []
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, IVOTE_BACKEND="numba")
-        for _ in range(2):
-            result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-            out.append(float(result.stdout.strip().splitlines()[-1]))
-    return out
+_FIRST_CALL = """\
+import time
+t0 = time.perf_counter()
+from numba.core import event
+compiles = []
+class Count(event.Listener):
+    def on_start(self, e):
+        compiles.append(e.data["dispatcher"].py_func.__name__)
+    def on_end(self, e):
+        pass
+event.register("numba:compile", Count())
+from ivote.data import synthetic_nuclei
+from ivote.segment import segment_nuclei
+for shape in ((48, 48), (12, 32, 32)):
+    s = synthetic_nuclei(shape, radius=5, seed=1)
+    segment_nuclei(s.image, s.centers, radius=5, iterations=3, reinit_every=2)
+print(time.perf_counter() - t0, time.process_time(), len(compiles))
+"""
+
+
+def compile_times(repeats):
+    """First call of a small 2D and a small 3D segmentation (3 iterations, a reinitialisation
+    after 2, so every kernel runs) in a fresh interpreter, imports included: with an empty
+    Numba cache directory (compilation from nothing), then again with the cache it left.
+    ``repeats`` fresh cache directories; per run (wall s, CPU s, Numba compilations)."""
+    cold, warm = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache, IVOTE_BACKEND="numba")
+            for runs in (cold, warm):
+                result = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
+                                        check=True)
+                wall, cpu, count = result.stdout.split()
+                runs.append((float(wall), float(cpu), int(count)))
+    return cold, warm
 
 
 def main(argv=None):
@@ -142,6 +161,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="512^2 with 50 nuclei instead of 1024^2 with 200")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="also time the first call from an empty cache")
+    parser.add_argument("--compile-repeats", type=int, default=2, help="fresh cache directories for --compile")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args(argv)
     backend = _with_backend("numba", backend_name)
@@ -167,7 +187,7 @@ def main(argv=None):
         rows.append(dict(name=name, numba=best, one_wall=one_wall, one_cpu=one_cpu, numpy=numpy_s, few=few,
                          watershed=ws_s, f1=match_labels(labels, truth_labels).f1,
                          ws_f1=match_labels(ws_labels, truth_labels).f1, phases=phases))
-    compiled = compile_times() if args.compile else None
+    compiled = compile_times(args.compile_repeats) if args.compile else None
     now = datetime.datetime.now(datetime.timezone.utc)
     lines = [
         f"# bench_cpu_segment ({now:%Y-%m-%d %H:%M} UTC)", "",
@@ -184,8 +204,16 @@ def main(argv=None):
     for r in rows:
         lines.append(f"- {r['name']}: " + ", ".join(f"{k} {v[1]:.0f}" for k, v in r["phases"].items()))
     if compiled:
-        lines += ["", f"First call in a fresh interpreter (2D and 3D, imports included): {compiled[0]:.1f} s with an "
-                  f"empty Numba cache (compilation), {compiled[1]:.1f} s with the cache on disk."]
+        cold, warm = compiled
+        lines += ["", "First call in a fresh interpreter (2D and 3D, every kernel, imports included), "
+                  f"{len(cold)} fresh cache directories: wall s / CPU s / Numba compilations", "",
+                  "| Numba cache | " + " | ".join(f"run {i + 1}" for i in range(len(cold))) + " |",
+                  "|---|" + "---|" * len(cold)]
+        for name, runs in (("empty (compile)", cold), ("on disk", warm)):
+            lines.append(f"| {name} | " + " | ".join(f"{w:.1f} / {c:.1f} / {n}" for w, c, n in runs) + " |")
+        best = [min(r[i] for r in cold) - min(r[i] for r in warm) for i in (0, 1)]
+        lines += ["", f"Compilation (empty minus on disk, best runs): {best[0]:.1f} s wall, {best[1]:.1f} s CPU; "
+                  f"compilations with the cache on disk: {max(n for _, _, n in warm)} (0: nothing recompiled)."]
     lines += ["", f"Threads: {cpu_threads()} (NUMBA_NUM_THREADS); timings on a shared machine are noisy."]
     text = "\n".join(lines) + "\n"
     print(text)

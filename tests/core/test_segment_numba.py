@@ -123,3 +123,16 @@ def test_segmentation_equals_reference_per_object(monkeypatch, shape, spacing, r
     assert len(ious) >= max(3, math.ceil(0.7 * len(centers)))
     worst = min(ious, key=ious.get)
     assert ious[worst] >= 0.99, f"object {worst}: IoU {ious[worst]:.3f}"
+
+
+def test_one_compiled_signature_per_kernel_for_2d_3d_and_any_input_type(monkeypatch):
+    """2D runs as a one-plane volume and every argument is cast before the call: whatever the
+    image's dtype, dimension, size or spacing, each kernel is compiled (and cached) once."""
+    monkeypatch.setenv("IVOTE_BACKEND", "numba")
+    for shape, spacing, dtype in [((40, 44), None, np.uint8), ((36, 40), (2, 1), np.float64),
+                                  ((10, 24, 26), (2.0, 0.5, 0.5), np.uint16), ((8, 20, 20), None, np.float32)]:
+        image, _, centers, *_ = synthetic_nuclei(shape, radius=4.0, seed=2)
+        image = (image / image.max() * 200).astype(dtype)
+        _segment.segment_nuclei(image, centers, radius=4.0, spacing=spacing, iterations=4, reinit_every=2)
+    kernels = [_numba._step, _numba._canvas, _numba._labels, _numba._reinitialise, _numba._moments, _numba._prior]
+    assert {k.__name__: len(k.signatures) for k in kernels} == {k.__name__: 1 for k in kernels}

@@ -17,9 +17,17 @@ sooner than ``parallel=True`` loops), so no two threads write the same cell:
   ``ivote_levelset_edt_*``), :func:`_moments` and :func:`_prior` (the shape prior's fit and
   evaluation), :func:`_labels` (largest positive level set per pixel, over image lines).
 
-2D runs as 3D with one plane (``bz = 1``, the z terms dropped). Arithmetic is float32 like
-the reference, with two polynomial kernels where libm would stop the loops from vectorising
-(arctan and sin(pi u), both within a few float32 ulps); sums over cells are float64.
+2D runs as 3D with one plane (``bz = 1``, z neighbours 0 apart so the z terms vanish): one
+compiled specialisation per kernel serves both. Arithmetic is float32 like the reference,
+with two polynomial kernels where libm would stop the loops from vectorising (arctan and
+sin(pi u), both within a few float32 ulps); sums over cells are float64.
+
+Compilation (paid once per machine, at the first segmentation) is kept short: the small
+helpers are inlined into their kernel by Numba (``_inline``: no compilation of their own),
+the stencil and the region sums have one call site each, 2D and 3D share every loop,
+set-up work stays in NumPy (:func:`_line_lists`), and no kernel assigns whole arrays (whose
+shape checks compile string formatting). Each kernel has one signature whatever the input
+(see ``tests/core/test_segment_numba.py``).
 """
 
 from __future__ import annotations
@@ -48,10 +56,12 @@ _EDT_INF = 1e30
 # reassociation lets the row loops (and their sums) vectorise; results differ from the
 # reference by rounding only, as the CUDA kernels' do
 _FAST = {"nsz", "arcp", "contract", "reassoc"}
+_inline = njit(inline="always", error_model="numpy")
+"""Helpers of one kernel: inlined into it by Numba (their caller's fastmath applies), not compiled apart."""
 
 
 # -- the smooth functions of levelset.cu (float32) ------------------------------------------------
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _atan(x):
     """arctan in float32 (Cephes' atanf: |x| > 1 folds to pi/2 - atan(1/|x|), above tan(pi/8) to
     pi/4 + atan((b - 1)/(b + 1)), then a degree-9 odd polynomial; within 2e-7 of arctan).
@@ -71,7 +81,7 @@ def _atan(x):
     return math.copysign(y, x)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _sinpi(u):
     """sin(pi u) for |u| <= 1 in float32 (Taylor series to degree 13 on [0, pi/2])."""
     a = abs(u)
@@ -82,178 +92,159 @@ def _sinpi(u):
     return math.copysign(s, u)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _heaviside(phi, inv_eps):
     return _HALF + _atan(phi * inv_eps) * _INV_PI
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _heaviside_compact(phi, inv_eps):
     u = min(max(phi * inv_eps, -_ONE), _ONE)  # u = +-1 gives exactly 1 and 0
     return _HALF * (_ONE + u + _sinpi(u) * _INV_PI)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _forces(region, coef):
-    """The constants of one object's update: its region (c_in, c_out, 1 / contrast), then
-    lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, 1/eps, eps/pi (levelset.cu's coef)."""
-    return (region[0], region[1], region[2], coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6],
-            coef[7], coef[12], coef[13])
-
-
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _next(phi, g2, num, value, psi, canvas, k):
-    """phi^(k+1) of one interior cell from its curvature terms (ivote_levelset_next), ``k`` from
-    :func:`_forces`: same formulas and order as _reference.step."""
-    c_in, c_out, inv_contrast, l1, l2, mu, beta, omega, eps, dt, kappa_max, inv_eps, eps_over_pi = k
+@_inline
+def _next(phi, g2, num, value, psi, overlap, k):
+    """phi^(k+1) of one interior cell from its curvature terms (ivote_levelset_next); ``overlap``
+    is the other objects' compact Heavisides at the cell, clipped to [0, 1], and ``k`` the
+    object's constants from :func:`_step`: same formulas and order as _reference.step."""
+    c_in, c_out, inv_contrast, l1, l2, mu, beta, omega, eps, dt, kappa_max, eps_over_pi = k
     g2e = g2 + _G2_EPS
     kappa = min(max(num / (g2e * np.sqrt(g2e)), -kappa_max), kappa_max)
     region_max = max(l1, l2)
     region = (-l1 * (value - c_in) * (value - c_in) + l2 * (value - c_out) * (value - c_out)) * inv_contrast
     region = min(max(region, -region_max), region_max)
     shape = min(max(psi - phi, -_ONE), _ONE)
-    others = min(max(canvas - _heaviside_compact(phi, inv_eps), _ZERO), _ONE)
-    force = mu * kappa + region + beta * shape - omega * others
+    force = mu * kappa + region + beta * shape - omega * overlap
     return phi + dt * (eps_over_pi / (eps * eps + phi * phi)) * force
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_2d(dst, src, image, psi, others, start, stop, bx, k, coef):
-    """Update cells [start, stop) of a 2D box, flattened (y, x): central differences with the
-    cross-derivative, as ivote_levelset_next. One long loop, so that it vectorises without a
-    scalar tail per row; the box-edge columns it also computes (their x neighbours wrap to
-    the next row) are frozen and put back by the caller."""
-    for c in range(start, stop):
-        v = src[c]
-        px = (src[c + 1] - src[c - 1]) * coef[16]
-        py = (src[c + bx] - src[c - bx]) * coef[15]
-        pxx = (src[c + 1] - _TWO * v + src[c - 1]) * coef[19]
-        pyy = (src[c + bx] - _TWO * v + src[c - bx]) * coef[18]
-        pyx = (src[c + bx + 1] - src[c + bx - 1] - src[c - bx + 1] + src[c - bx - 1]) * coef[22]
-        g2 = py * py + px * px
-        num = pyy * (g2 - py * py) + pxx * (g2 - px * px) - _TWO * py * px * pyx
-        dst[c] = _next(v, g2, num, image[c], psi[c], others[c], k)
-
-
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _plane_3d(dst, src, image, psi, others, start, stop, bx, plane, k, coef):
-    """The same for cells [start, stop) of a 3D box flattened (z, y, x), z neighbours ``plane`` apart."""
-    for c in range(start, stop):
-        v = src[c]
-        px = (src[c + 1] - src[c - 1]) * coef[16]
-        py = (src[c + bx] - src[c - bx]) * coef[15]
-        pz = (src[c + plane] - src[c - plane]) * coef[14]
-        pxx = (src[c + 1] - _TWO * v + src[c - 1]) * coef[19]
-        pyy = (src[c + bx] - _TWO * v + src[c - bx]) * coef[18]
-        pzz = (src[c + plane] - _TWO * v + src[c - plane]) * coef[17]
-        pyx = (src[c + bx + 1] - src[c + bx - 1] - src[c - bx + 1] + src[c - bx - 1]) * coef[22]
-        pzy = (src[c + plane + bx] - src[c + plane - bx] - src[c - plane + bx] + src[c - plane - bx]) * coef[20]
-        pzx = (src[c + plane + 1] - src[c + plane - 1] - src[c - plane + 1] + src[c - plane - 1]) * coef[21]
+# The stencil loops index views that start at each neighbour's offset, so every index is the loop
+# counter: Numba's wrap-around of negative indices (src[c - 1] with c possibly 0, as far as LLVM
+# knows) would otherwise turn each neighbour load into a scalar gather (2x slower loops).
+@_inline
+def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
+    """Update cells [start, stop) of a box flattened (z, y, x), z neighbours ``plane`` apart:
+    central differences with the cross-derivatives, as ivote_levelset_next. One long loop, so
+    that it vectorises without a scalar tail per row; the box-edge columns it also computes
+    (their x neighbours wrap to the next row) are frozen and put back by the caller. A 2D box
+    passes ``plane = 0``: its z differences are then exactly 0 and so are the z terms (one
+    stencil, compiled once, for 2D and 3D)."""
+    hz, hy, hx, hzz, hyy, hxx = coef[14], coef[15], coef[16], coef[17], coef[18], coef[19]
+    hzy, hzx, hyx = coef[20], coef[21], coef[22]
+    centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
+    north, south = src[start - bx:stop - bx], src[start + bx:stop + bx]
+    nw, ne = src[start - bx - 1:stop - bx - 1], src[start - bx + 1:stop - bx + 1]
+    sw, se = src[start + bx - 1:stop + bx - 1], src[start + bx + 1:stop + bx + 1]
+    d, u = start - plane, start + plane  # the planes below and above
+    down, up = src[d:d + stop - start], src[u:u + stop - start]
+    down_n, down_s = src[d - bx:d - bx + stop - start], src[d + bx:d + bx + stop - start]
+    down_w, down_e = src[d - 1:d - 1 + stop - start], src[d + 1:d + 1 + stop - start]
+    up_n, up_s = src[u - bx:u - bx + stop - start], src[u + bx:u + bx + stop - start]
+    up_w, up_e = src[u - 1:u - 1 + stop - start], src[u + 1:u + 1 + stop - start]
+    new, value, prior, others = dst[start:stop], image[start:stop], psi[start:stop], overlap[start:stop]
+    for c in range(stop - start):
+        v = centre[c]
+        px = (east[c] - west[c]) * hx
+        py = (south[c] - north[c]) * hy
+        pz = (up[c] - down[c]) * hz
+        pxx = (east[c] - _TWO * v + west[c]) * hxx
+        pyy = (south[c] - _TWO * v + north[c]) * hyy
+        pzz = (up[c] - _TWO * v + down[c]) * hzz
+        pyx = (se[c] - sw[c] - ne[c] + nw[c]) * hyx
+        pzy = (up_s[c] - up_n[c] - down_s[c] + down_n[c]) * hzy
+        pzx = (up_e[c] - up_w[c] - down_e[c] + down_w[c]) * hzx
         g2 = pz * pz + py * py + px * px
         num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px)
         num = num - _TWO * pz * py * pzy - _TWO * pz * px * pzx - _TWO * py * px * pyx
-        dst[c] = _next(v, g2, num, image[c], psi[c], others[c], k)
+        new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@_inline
 def _valid_x(origin_x, bx, ix):
     """The box's x range [lo, hi) inside the image."""
     return max(0, -origin_x), min(bx, ix - origin_x)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _accumulate_row(row, image_row, hc_row, lo, hi, inv_eps):
-    """Compact Heavisides of cells [lo, hi) of a new row (or a flattened box) into hc_row; their
-    region sums (sum of H I, of H), accumulated in float64."""
+@_inline
+def _accumulate_box(box, image, valid, hc, h, inv_eps):
+    """Compact Heavisides of a new (flattened) box into hc; its region sums over the valid
+    cells (sum of H I, of H), in float64. Two passes, H (0 on invalid cells) into the scratch
+    h first: the float64 sums in the loop of the Heavisides would halve its vector width."""
+    for c in range(box.shape[0]):
+        v = box[c]
+        hc[c] = _heaviside_compact(v, inv_eps)
+        h[c] = _heaviside(v, inv_eps) if valid[c] else _ZERO
     acc_hi = 0.0
     acc_h = 0.0
-    for x in range(lo, hi):
-        v = row[x]
-        hc_row[x] = _heaviside_compact(v, inv_eps)
-        h = _heaviside(v, inv_eps)
-        acc_hi += h * image_row[x]
-        acc_h += h
+    for c in range(box.shape[0]):
+        acc_hi += h[c] * image[c]
+        acc_h += h[c]
     return acc_hi, acc_h
 
 
 # -- one iteration ---------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
-def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, coef, hc, sums_out, update):
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
+def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, valid, frozen, coef, hc,
+          sums_out, update):
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
-    phi, out, image_box, psi, hc: (N, bz, by, bx); canvas: (iz, iy, ix), the compact Heavisides
-    of phi summed over objects (from :func:`_canvas`); sums_in / sums_out (N, 2) float64: sum of
-    H(phi) I and of H(phi) over valid cells, of phi and of out; origins (N, 3). Box borders and
-    cells outside the image keep their value.
+    phi, out, image_box, psi, hc: (N, bz, by, bx); valid, frozen: (N, bz, by, bx) bool, the cell
+    lies in the image; it is a box border or outside the image (it keeps its value); canvas:
+    (iz, iy, ix), the compact Heavisides of phi summed over objects (from :func:`_canvas`), hc
+    those of phi on entry and of out on return; sums_in / sums_out (N, 2) float64: sum of
+    H(phi) I and of H(phi) over valid cells, of phi and of out; origins (N, 3).
     """
     n, bz, by, bx = phi.shape
     iz, iy, ix = canvas.shape
-    three_d = bz > 1
     plane = by * bx
+    cells = bz * plane
+    z_step = plane if bz > 1 else 0  # a 2D box: z neighbours 0 apart, so the z terms vanish
     inv_eps = coef[12]
+    boxes = (phi.reshape(n, cells), out.reshape(n, cells), image_box.reshape(n, cells), psi.reshape(n, cells),
+             hc.reshape(n, cells))
+    masks = (valid.reshape(n, cells), frozen.reshape(n, cells))
+    # the other objects' overlap at each cell of one box (cells outside the image keep stale
+    # values: they are frozen), then the scratch of the region sums
+    overlap = np.zeros(cells, dtype=np.float32)
     for obj in range(first, last):
-        s_hi = F32(sums_in[obj, 0])
-        s_h = F32(sums_in[obj, 1])
-        c_in = s_hi / max(s_h, _G2_EPS)
-        c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
-        c_in = max(c_in, c_out + _CONTRAST_FLOOR)
-        region = np.empty(3, dtype=np.float32)
-        region[0], region[1] = c_in, c_out
-        region[2] = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
-        k = _forces(region, coef)
-        oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        lo, hi = _valid_x(ox, bx, ix)
-        src, dst = phi[obj].ravel(), out[obj].ravel()
-        image, psi_box, hc_box = image_box[obj].ravel(), psi[obj].ravel(), hc[obj].ravel()
-        # the box lies whole inside the image: its sums in one flat pass
-        whole = oz >= 0 and oz + bz <= iz and oy >= 0 and oy + by <= iy and lo == 0 and hi == bx
-        total_hi = 0.0
-        total_h = 0.0
-        if update and hi - lo > 2:
-            # the other objects' overlap at every cell, from the canvas rows (0 outside the image)
-            others = np.zeros(bz * plane, dtype=np.float32)
+        src, dst, image, psi_box, hc_box = boxes[0][obj], boxes[1][obj], boxes[2][obj], boxes[3][obj], boxes[4][obj]
+        if update:
+            s_hi = F32(sums_in[obj, 0])
+            s_h = F32(sums_in[obj, 1])
+            c_in = s_hi / max(s_h, _G2_EPS)
+            c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
+            c_in = max(c_in, c_out + _CONTRAST_FLOOR)
+            inv_contrast = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
+            # levelset.cu's coef: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, eps/pi
+            k = (c_in, c_out, inv_contrast, coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6], coef[7],
+                 coef[13])
+            # the other objects at every cell: the canvas less this object's own compact
+            # Heaviside (hc holds that of phi), clipped as _reference.step
+            oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
+            lo, hi = _valid_x(ox, bx, ix)
             for z in range(bz):
                 for y in range(by):
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy:
-                        row = canvas[oz + z, oy + y]
                         base = z * plane + y * bx
-                        for x in range(lo, hi):
-                            others[base + x] = row[ox + x]
-            # the interior planes (2D: the one plane), their first and last rows excluded
-            if three_d:
-                _plane_3d(dst, src, image, psi_box, others, plane + bx, (bz - 1) * plane - bx, bx, plane, k, coef)
-            else:
-                _plane_2d(dst, src, image, psi_box, others, bx, plane - bx, bx, k, coef)
-            # frozen cells: box borders, cells outside the image
-            for z in range(bz):
-                z_ok = oz + z >= 0 and oz + z < iz and (not three_d or (z > 0 and z < bz - 1))
-                for y in range(by):
-                    base = z * plane + y * bx
-                    if not z_ok or y == 0 or y == by - 1 or oy + y < 0 or oy + y >= iy:
-                        for x in range(bx):
-                            dst[base + x] = src[base + x]
-                        continue
-                    for x in range(max(lo, 1)):
-                        dst[base + x] = src[base + x]
-                    for x in range(min(hi, bx - 1), bx):
-                        dst[base + x] = src[base + x]
+                        row = canvas[oz + z, oy + y, ox + lo:ox + hi]
+                        own = hc_box[base + lo:base + hi]
+                        cell = overlap[base + lo:base + hi]
+                        for x in range(hi - lo):
+                            cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
+            # every cell but the first and last plane (3D) and row, then the frozen ones put back
+            _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
+            keep = masks[1][obj]
+            for c in range(cells):
+                if keep[c]:
+                    dst[c] = src[c]
         else:
-            for c in range(bz * plane):
+            for c in range(cells):
                 dst[c] = src[c]
-        if whole:  # sums and compact Heavisides over the box, one flat pass
-            total_hi, total_h = _accumulate_row(dst, image, hc_box, 0, bz * plane, inv_eps)
-        else:  # sums and compact Heavisides over the valid cells, row by row
-            for z in range(bz):
-                for y in range(by):
-                    if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy and hi > lo:
-                        a, b = _accumulate_row(out[obj, z, y], image_box[obj, z, y], hc[obj, z, y], lo, hi, inv_eps)
-                        total_hi += a
-                        total_h += b
-        sums_out[obj, 0] = total_hi
-        sums_out[obj, 1] = total_h
+        sums_out[obj, 0], sums_out[obj, 1] = _accumulate_box(dst, image, masks[0][obj], hc_box, overlap, inv_eps)
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
     """canvas[pixel] = sum over the boxes covering it of hc (their valid cells), on image lines
     first..last (lines run in parallel), each line's covering boxes from the CSR lists."""
@@ -267,43 +258,36 @@ def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
         row = canvas[gz, gy]
         for k in range(start, stop):
             obj = line_objects[k]
-            lo, hi = _valid_x(origins[obj, 2], bx, ix)
-            for x in range(origins[obj, 2] + lo, origins[obj, 2] + hi):
-                row[x] = _ZERO
-        for k in range(start, stop):
+            ox = origins[obj, 2]
+            lo, hi = _valid_x(ox, bx, ix)
+            row[ox + lo:ox + hi] = _ZERO
+        for k in range(start, stop):  # (views from index 0: no wrap-around of negative indices)
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            src = hc[obj, gz - origins[obj, 0], gy - origins[obj, 1]]
-            for x in range(lo, hi):
-                row[ox + x] += src[x]
+            target = row[ox + lo:ox + hi]
+            src = hc[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            for x in range(hi - lo):
+                target[x] += src[x]
 
 
-@njit(cache=True, error_model="numpy")
 def _line_lists(origins, box, image):
-    """CSR lists of the boxes covering each image line (ascending object order)."""
-    bz, by = box[0], box[1]
-    iz, iy = image[0], image[1]
-    counts = np.zeros(iz * iy + 1, dtype=np.int64)
-    n = origins.shape[0]
-    for obj in range(n):
-        for gz in range(max(origins[obj, 0], 0), min(origins[obj, 0] + bz, iz)):
-            for gy in range(max(origins[obj, 1], 0), min(origins[obj, 1] + by, iy)):
-                counts[gz * iy + gy + 1] += 1
-    start = np.cumsum(counts)
-    fill = start[:-1].copy()
-    objects = np.empty(start[-1], dtype=np.int64)
-    for obj in range(n):
-        for gz in range(max(origins[obj, 0], 0), min(origins[obj, 0] + bz, iz)):
-            for gy in range(max(origins[obj, 1], 0), min(origins[obj, 1] + by, iy)):
-                line = gz * iy + gy
-                objects[fill[line]] = obj
-                fill[line] += 1
-    return start, objects
+    """CSR lists of the boxes covering each image line (ascending object order), in NumPy:
+    set-up work, not worth a compiled kernel (each one costs compilation at the first call)."""
+    n, (bz, by), (iz, iy) = len(origins), box[:2], image[:2]
+    z = origins[:, :1] + np.arange(bz)  # (n, bz) image planes of each box
+    y = origins[:, 1:2] + np.arange(by)  # (n, by) image rows
+    inside = ((z >= 0) & (z < iz))[:, :, None] & ((y >= 0) & (y < iy))[:, None, :]
+    lines = (z[:, :, None] * iy + y[:, None, :])[inside]
+    objects = np.broadcast_to(np.arange(n)[:, None, None], inside.shape)[inside]
+    order = np.argsort(lines, kind="stable")  # boxes come in object order: stable keeps it per line
+    start = np.zeros(iz * iy + 1, dtype=np.int64)
+    np.cumsum(np.bincount(lines, minlength=iz * iy), out=start[1:])
+    return start, objects[order].astype(np.int64)
 
 
 # -- labels ----------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
     """Each pixel of image lines first..last to the object with the largest positive level set
     (ties: the higher label); labels and best start at 0."""
@@ -315,16 +299,17 @@ def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            src = phi[obj, gz - origins[obj, 0], gy - origins[obj, 1]]
-            for x in range(lo, hi):
+            src = phi[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            best_row, label_row = best[gz, gy, ox + lo:ox + hi], labels[gz, gy, ox + lo:ox + hi]
+            for x in range(hi - lo):
                 v = src[x]
-                if v > _ZERO and v >= best[gz, gy, ox + x]:
-                    best[gz, gy, ox + x] = v
-                    labels[gz, gy, ox + x] = obj + 1
+                if v > _ZERO and v >= best_row[x]:
+                    best_row[x] = v
+                    label_row[x] = obj + 1
 
 
 # -- reinitialisation: exact distance transforms per box ------------------------------------------
-@njit(cache=True, error_model="numpy")
+@_inline
 def _envelope(f, n, h, out, v, bounds):
     """out[q] = min_p f[p] + ((q - p) h)^2 over the sites p with finite f (Felzenszwalb &
     Huttenlocher's lower envelope of parabolas), all float64; _EDT_INF where no site is."""
@@ -365,57 +350,38 @@ def _envelope(f, n, h, out, v, bounds):
 
 
 @njit(cache=True, error_model="numpy")
-def _edt_box(inside, spacing, g_in, g_out):
-    """Squared distances (physical) within one box: g_in from inside cells to the nearest
-    outside cell, g_out from outside cells to the nearest inside cell (_EDT_INF when none)."""
+def _edt_box(inside, spacing, g):
+    """Squared distances (physical) within one box: g[0] from inside cells to the nearest
+    outside cell, g[1] from outside cells to the nearest inside cell (0 on the cells of the
+    other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z,
+    through one line loop (strided views of the flattened box; one envelope to compile)."""
     bz, by, bx = inside.shape
-    hz, hy, hx = spacing[0], spacing[1], spacing[2]
-    for z in range(bz):  # along x: nearest cell of the other kind, left and right sweeps
-        for y in range(by):
-            last_in, last_out = -1, -1
-            for x in range(bx):
-                if inside[z, y, x]:
-                    last_in = x
-                    g_out[z, y, x] = 0.0
-                    g_in[z, y, x] = _EDT_INF if last_out < 0 else ((x - last_out) * hx) ** 2
-                else:
-                    last_out = x
-                    g_in[z, y, x] = 0.0
-                    g_out[z, y, x] = _EDT_INF if last_in < 0 else ((x - last_in) * hx) ** 2
-            last_in, last_out = -1, -1
-            for x in range(bx - 1, -1, -1):
-                if inside[z, y, x]:
-                    last_in = x
-                    if last_out >= 0:
-                        g_in[z, y, x] = min(g_in[z, y, x], ((last_out - x) * hx) ** 2)
-                else:
-                    last_out = x
-                    if last_in >= 0:
-                        g_out[z, y, x] = min(g_out[z, y, x], ((last_in - x) * hx) ** 2)
-    longest = max(by, bz)
+    cells = bz * by * bx
+    flat_inside = inside.ravel()
+    longest = max(max(bx, by), bz)
     f = np.empty(longest)
     result = np.empty(longest)
     sites = np.empty(longest, dtype=np.int64)
     bounds = np.empty(longest + 1)
-    for g in (g_in, g_out):
-        for z in range(bz):  # along y
-            for x in range(bx):
-                for y in range(by):
-                    f[y] = g[z, y, x]
-                _envelope(f, by, hy, result, sites, bounds)
-                for y in range(by):
-                    g[z, y, x] = result[y]
-        if bz > 1:  # along z
-            for y in range(by):
-                for x in range(bx):
-                    for z in range(bz):
-                        f[z] = g[z, y, x]
-                    _envelope(f, bz, hz, result, sites, bounds)
-                    for z in range(bz):
-                        g[z, y, x] = result[z]
+    for kind in range(2):
+        distances = g[kind].ravel()
+        for c in range(cells):
+            distances[c] = _EDT_INF if flat_inside[c] == (kind == 0) else 0.0
+        for axis in range(2, -1, -1):  # x, y, z: the order of the sums of squares
+            length = bx if axis == 2 else (by if axis == 1 else bz)
+            stride = 1 if axis == 2 else (bx if axis == 1 else by * bx)
+            if length == 1:
+                continue
+            for line in range(cells // length):
+                base = (line // stride) * stride * length + line % stride
+                for i in range(length):
+                    f[i] = distances[base + i * stride]
+                _envelope(f, length, spacing[axis], result, sites, bounds)
+                for i in range(length):
+                    distances[base + i * stride] = result[i]
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, any_inside):
     """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
     inside cells d_in - 1/2, outside -(min(d_out, clip) - 1/2), cells with an axis neighbour
@@ -424,12 +390,14 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
     iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
     three_d = bz > 1
     clip32 = F32(clip)
-    step = np.empty(3, dtype=np.float32)
-    for a in range(3):
-        step[a] = F32(2.0 * spacing[a])
+    step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
+    inside = np.empty((bz, by, bx), dtype=np.bool_)  # one box at a time
+    flat_inside = inside.ravel()
+    g = np.empty((2, bz, by, bx))
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        inside = np.zeros((bz, by, bx), dtype=np.bool_)
+        for c in range(bz * by * bx):
+            flat_inside[c] = False
         found = False
         for z in range(bz):
             for y in range(by):
@@ -441,9 +409,7 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
                         inside[z, y, x] = True
                         found = True
         any_inside[obj] = found
-        g_in = np.empty((bz, by, bx))
-        g_out = np.empty((bz, by, bx))
-        _edt_box(inside, spacing, g_in, g_out)
+        _edt_box(inside, spacing, g)
         box = phi[obj]
         for z in range(bz):
             zl, zh = max(z - 1, 0), min(z + 1, bz - 1)
@@ -454,9 +420,9 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
                     me = inside[z, y, x]
                     value = box[z, y, x]
                     if me:
-                        sdf = F32(np.sqrt(g_in[z, y, x])) - _HALF
+                        sdf = F32(np.sqrt(g[0, z, y, x])) - _HALF
                     else:
-                        sdf = -(min(F32(np.sqrt(g_out[z, y, x])), clip32) - _HALF)
+                        sdf = -(min(F32(np.sqrt(g[1, z, y, x])), clip32) - _HALF)
                     gx = (box[z, y, xh] - box[z, y, xl]) / step[2]
                     gy = (box[z, yh, x] - box[z, yl, x]) / step[1]
                     grad2 = gy * gy + gx * gx
@@ -474,7 +440,7 @@ def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, an
 
 
 # -- the shape prior -------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _moments(first, last, phi, origins, image_shape, spacing, moments):
     """Per object first..last, sums over its inside cells (phi > 0, in the image) of
     [1, r_j, r_j r_k (j <= k)], r the box-centred physical position (z, y, x; 2D boxes use y, x),
@@ -485,8 +451,9 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
     m = moments.shape[1]
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        acc = np.zeros(m)
-        r = np.empty(3)
+        acc = moments[obj]  # (element-wise: an array assignment would compile its error messages)
+        for j in range(m):
+            acc[j] = 0.0
         for z in range(bz):
             for y in range(by):
                 if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
@@ -495,9 +462,8 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                 for x in range(lo, hi):
                     if not phi[obj, z, y, x] > _ZERO:
                         continue
-                    r[0] = (z - 0.5 * (bz - 1)) * spacing[0]
-                    r[1] = (y - 0.5 * (by - 1)) * spacing[1]
-                    r[2] = (x - 0.5 * (bx - 1)) * spacing[2]
+                    r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
+                         (x - 0.5 * (bx - 1)) * spacing[2])
                     acc[0] += 1.0
                     col = 1 + ndim
                     for j in range(ndim):
@@ -506,10 +472,9 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                         for k in range(j, ndim):
                             acc[col] += rj * r[3 - ndim + k]
                             col += 1
-        moments[obj] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@_inline
 def _grid_coordinate(u, extent, inv_step, top, t):
     """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
     g = min(max((u + extent) * inv_step, _ZERO), top)
@@ -517,12 +482,14 @@ def _grid_coordinate(u, extent, inv_step, top, t):
     return i0, g - F32(i0)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
     multilinear interpolation of mean + sum_k w_k mode_k on the canonical grid (clamped), times s.
     templates: (1 + K, T**ndim). The object's mode weights are applied once per grid node (the
-    same products and order as prior_sdf's per tap), then the same taps in the same order."""
+    same products and order as prior_sdf's per tap), then the same taps in the same order: one
+    loop over the 2**ndim corners for 2D and 3D (the products in the order of the unrolled
+    bilinear and trilinear sums)."""
     n, bz, by, bx = psi.shape
     nodes = templates.shape[1]
     t = int(round(nodes ** (1.0 / ndim)))
@@ -530,18 +497,20 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
     inv_step = F32((t - 1) / (2.0 * extent))
     extent32 = F32(extent)
     top = F32(t - 1)
-    box = np.array((bz, by, bx))
+    box = (bz, by, bx)
+    shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
+    rel = np.empty((3, max(max(bz, by), bx)), dtype=np.float32)
+    low = np.empty(3, dtype=np.int64)
+    frac = np.empty(3, dtype=np.float32)
     for obj in range(first, last):
         p = pose[obj]
         scale = p[ndim + ndim * ndim]
-        shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k
         for node in range(nodes):
             tap = templates[0, node]
             for k in range(n_modes):
                 tap = tap + p[ndim + ndim * ndim + 1 + k] * templates[1 + k, node]
             shape[node] = tap
         # rel[i, position]: physical coordinate along box axis i, minus the object's centre
-        rel = np.zeros((3, max(bz, by, bx)), dtype=np.float32)
         for i in range(ndim):
             a = 3 - ndim + i
             for position in range(box[a]):
@@ -550,32 +519,21 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
         for z in range(bz):
             for y in range(by):
                 for x in range(bx):
-                    if ndim == 2:
-                        r0, r1, r2 = rel[0, y], rel[1, x], _ZERO
-                    else:
-                        r0, r1, r2 = rel[0, z], rel[1, y], rel[2, x]
+                    cell = (z, y, x)
+                    for i in range(ndim):  # u_i = (R^T rel)_i / s, then its grid node and fraction
+                        u = _ZERO
+                        for j in range(ndim):
+                            u = u + r[j * ndim + i] * rel[j, cell[3 - ndim + j]]
+                        low[i], frac[i] = _grid_coordinate(u / scale, extent32, inv_step, top, t)
                     value = _ZERO
-                    if ndim == 2:
-                        i0, f0 = _grid_coordinate((_ZERO + r[0] * r0 + r[2] * r1) / scale, extent32, inv_step, top, t)
-                        i1, f1 = _grid_coordinate((_ZERO + r[1] * r0 + r[3] * r1) / scale, extent32, inv_step, top, t)
-                        base = i0 * t + i1
-                        value = value + (_ONE - f0) * (_ONE - f1) * shape[base]
-                        value = value + (_ONE - f0) * f1 * shape[base + 1]
-                        value = value + f0 * (_ONE - f1) * shape[base + t]
-                        value = value + f0 * f1 * shape[base + t + 1]
-                    else:
-                        i0, f0 = _grid_coordinate((_ZERO + r[0] * r0 + r[3] * r1 + r[6] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        i1, f1 = _grid_coordinate((_ZERO + r[1] * r0 + r[4] * r1 + r[7] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        i2, f2 = _grid_coordinate((_ZERO + r[2] * r0 + r[5] * r1 + r[8] * r2) / scale, extent32,
-                                                  inv_step, top, t)
-                        for corner in range(8):
-                            b0, b1, b2 = corner >> 2, (corner >> 1) & 1, corner & 1
-                            weight = _ONE * (f0 if b0 else _ONE - f0)
-                            weight = weight * (f1 if b1 else _ONE - f1)
-                            weight = weight * (f2 if b2 else _ONE - f2)
-                            value = value + weight * shape[((i0 + b0) * t + i1 + b1) * t + i2 + b2]
+                    for corner in range(1 << ndim):  # the first axis is the corner's highest bit
+                        weight = _ONE
+                        node = 0
+                        for i in range(ndim):
+                            b = (corner >> (ndim - 1 - i)) & 1
+                            weight = weight * (frac[i] if b else _ONE - frac[i])
+                            node = node * t + low[i] + b
+                        value = value + weight * shape[node]
                     psi[obj, z, y, x] = value * scale
 
 
@@ -614,6 +572,8 @@ class NumbaStepper:
         shape4 = (n,) + self.box3
         self.image_box = np.ascontiguousarray(batch.image_box, dtype=np.float32).reshape(shape4)
         self.region_consts = np.ascontiguousarray(np.stack([batch.sum_image, batch.n_valid], axis=1), dtype=np.float32)
+        self.valid = np.ascontiguousarray(batch.valid, dtype=np.bool_).reshape(shape4)
+        self.frozen = np.ascontiguousarray(batch.frozen, dtype=np.bool_).reshape(shape4)
         self.psi = np.zeros(shape4, dtype=np.float32)
         self.hc = np.zeros(shape4, dtype=np.float32)
         self.canvas = np.zeros(self.image3, dtype=np.float32)
@@ -646,16 +606,17 @@ class NumbaStepper:
         scratch = np.empty_like(current)
         sums_in, sums_out = self.sums
         args = (self.image_box, self.psi, self.canvas)
+        masks = (self.valid, self.frozen)
         with numba_lock:  # one block of iterations at a time (see _backend.numba_lock)
             # prime: the compact Heavisides and region sums of phi, then their canvas
             n, lines = len(current), self.image3[0] * self.image3[1]
-            for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, self.coef,
+            for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, *masks, self.coef,
                        self.hc, sums_in, False)
             for _ in range(count):
                 for_ranges(_canvas, lines, self.hc, self.origins, self.line_start, self.line_objects, self.canvas,
                            grain=16)
-                for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, self.coef,
-                           self.hc, sums_out, True)
+                for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, *masks,
+                           self.coef, self.hc, sums_out, True)
                 current, scratch = scratch, current
                 sums_in, sums_out = sums_out, sums_in
         return current.reshape(self.batch.valid.shape)
