@@ -12,7 +12,7 @@ voting radius of ``accuracy_detect.py`` (``LARGEST_OVER_TYPICAL`` x the median:
 
 ``--timing``: the estimate on synthetic nuclei of 1024^2 and 256^3 pixels
 against scikit-image's ``blob_log`` over the same scales (the full-resolution
-scale space), CPU time (``time.process_time``) and wall time, after a warm-up.
+scale space; its default threshold), CPU time (``time.process_time``) and wall time, after a warm-up.
 
 Usage: python benchmarks/accuracy_radius.py [--data DIR] [--datasets a,b] [--max-images N] [--out FILE] [--timing]
 """
@@ -116,7 +116,7 @@ def timing(out=None) -> int:
         radii = _radii(_MIN_RADIUS_PIXELS, min(crop.shape) / 4)
         peer_cpu, peer_wall = time.process_time(), time.perf_counter()
         blob_log(crop / crop.max(), min_sigma=radii[0] / math.sqrt(len(shape)), max_sigma=radii[-1] / math.sqrt(len(shape)),
-                 num_sigma=len(radii), threshold=1e-3)
+                 num_sigma=len(radii))
         peer_cpu, peer_wall = time.process_time() - peer_cpu, time.perf_counter() - peer_wall
         line = (f"| {'x'.join(map(str, shape))} (radius {radius:g}) | {estimate:.2f} | {cpu:.2f} | {wall:.2f} "
                 f"| {peer_cpu:.2f} | {peer_wall:.2f} | {peer_cpu / cpu:.1f}x |")

@@ -4,11 +4,15 @@ A uniform disc of radius R gives its strongest scale-normalised Laplacian-of-
 Gaussian response, -sigma^2 lap(G_sigma * I), at its centre for sigma =
 R / sqrt(2); a ball in 3D for sigma = R / sqrt(3) (Lindeberg, IJCV 1998,
 doi:10.1023/A:1008045108935). The image's bright blobs are the local maxima of
-that response over space and scale; the median sqrt(ndim) sigma of the strong
-ones (weighted by the area they cover) is the typical nucleus radius, and the voting radius (the *largest*
-nucleus radius, ``iterative_voting``'s ``radius``) is that times
-``LARGEST_OVER_TYPICAL``. Everything is in physical units (the Gaussians are
-isotropic in micrometres), on the array's own backend.
+that response over space and scale, computed on an octave pyramid. The median
+sqrt(ndim) sigma of the strong ones (weighted by the area they cover) is the
+typical (equivalent) nucleus radius, :func:`typical_radius`. The voting radius
+(the *largest* nucleus radius, ``iterative_voting``'s ``radius``) follows the
+nuclei's length instead: each blob's semi-axes are read from the Hessian at its
+maximum, and :func:`estimate_radius` is ``VOTING_OVER_LONG_AXIS`` x the same
+weighted median of the blobs' long semi-axis (2D: the semi-major; 3D: the
+middle one). Everything is in physical units (the Gaussians are isotropic in
+micrometres), on the array's own backend.
 """
 
 from __future__ import annotations
