@@ -27,6 +27,20 @@ def test_gpu_typical_radius_matches_numpy(shape, spacing, radius, polarity):
     assert on_gpu == pytest.approx(on_host, rel=0.02)
 
 
+@pytest.mark.parametrize("shape, spacing, radius", [
+    ((256, 256), None, 8.0),
+    ((40, 96, 96), (2.0, 0.5, 0.5), 5.0),
+])
+def test_gpu_voting_radius_matches_numpy(shape, spacing, radius):
+    """The pyramid, the Hessian at each blob and the long-axis rule give the NumPy value on CuPy arrays."""
+    import cupy
+
+    sample = synthetic_nuclei(shape, spacing=spacing, radius=radius, seed=33)
+    on_host = estimate_radius(sample.image, spacing=spacing, backend="numpy")
+    on_gpu = estimate_radius(cupy.asarray(sample.image), spacing=spacing, backend="cupy")
+    assert on_gpu == pytest.approx(on_host, rel=0.02)
+
+
 def test_gpu_auto_radius_in_iterative_voting():
     import cupy
 

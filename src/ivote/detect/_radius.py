@@ -4,11 +4,15 @@ A uniform disc of radius R gives its strongest scale-normalised Laplacian-of-
 Gaussian response, -sigma^2 lap(G_sigma * I), at its centre for sigma =
 R / sqrt(2); a ball in 3D for sigma = R / sqrt(3) (Lindeberg, IJCV 1998,
 doi:10.1023/A:1008045108935). The image's bright blobs are the local maxima of
-that response over space and scale; the median sqrt(ndim) sigma of the strong
-ones (weighted by the area they cover) is the typical nucleus radius, and the voting radius (the *largest*
-nucleus radius, ``iterative_voting``'s ``radius``) is that times
-``LARGEST_OVER_TYPICAL``. Everything is in physical units (the Gaussians are
-isotropic in micrometres), on the array's own backend.
+that response over space and scale, computed on an octave pyramid. The median
+sqrt(ndim) sigma of the strong ones (weighted by the area they cover) is the
+typical (equivalent) nucleus radius, :func:`typical_radius`. The voting radius
+(the *largest* nucleus radius, ``iterative_voting``'s ``radius``) follows the
+nuclei's length instead: each blob's semi-axes are read from the Hessian at its
+maximum, and :func:`estimate_radius` is ``VOTING_OVER_LONG_AXIS`` x the same
+weighted median of the blobs' long semi-axis (2D: the semi-major; 3D: the
+middle one). Everything is in physical units (the Gaussians are isotropic in
+micrometres), on the array's own backend.
 """
 
 from __future__ import annotations
@@ -22,17 +26,25 @@ from .._typing import Array, ArrayLike, Spacing
 from .._validate import check_image, check_positive, check_spacing
 from ._colour import spatial_signal
 
-__all__ = ["LARGEST_OVER_TYPICAL", "estimate_radius", "typical_radius"]
+__all__ = ["LARGEST_OVER_TYPICAL", "VOTING_OVER_LONG_AXIS", "estimate_radius", "typical_radius"]
 
 LARGEST_OVER_TYPICAL = {2: 1.5, 3: 1.25}
-"""Voting radius / typical radius: the rule of ``benchmarks/accuracy_detect.py``
-(2D: a 2:1 ellipse's semi-major axis is 1.41 times its equivalent radius, and
-sizes spread; 3D: the typical radius here is already close to the larger
-semi-axes)."""
+"""Voting radius / the median *equivalent* radius: the rule of
+``benchmarks/accuracy_detect.py``'s per-image radius from the labels (2D: a 2:1
+ellipse's semi-major axis is 1.41 times its equivalent radius, and sizes
+spread; 3D: the labels' median is already close to the larger semi-axes)."""
+
+VOTING_OVER_LONG_AXIS = 1.25
+"""Voting radius / the typical *long* semi-axis that :func:`estimate_radius`
+measures (2D: the semi-major axis; 3D: the middle one), one value for 2D and
+3D; chosen on the evaluation data (see ``docs/detect.md``)."""
 
 _SCALE_STEP = 2 ** 0.25  # four scales per octave
 _MIN_RADIUS_PIXELS = 2.0  # smaller blobs are the pre-blur's and the noise's
 _MAX_PIXELS = 2 ** 21  # larger images are estimated on a central crop of this many pixels
+_PIXELS_PER_SIGMA = 2.0  # each scale is filtered on the coarsest pyramid level where sigma spans this many pixels
+_ALIAS_BLUR = 1.0  # blur (in the coarser pixels) before each decimation by 2
+_MAX_CURVATURE_RATIO = 4.0  # flatter blobs (about 3:1 and beyond) are ridges or split nuclei: capped
 
 
 def typical_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polarity: str = "bright",
@@ -57,8 +69,19 @@ def typical_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polarit
 
 def _signal_typical_radius(signal, spacing, sign, min_radius, max_radius, xp) -> float:
     """:func:`typical_radius` of a grey 2D/3D ``signal`` (``sign`` -1: dark nuclei)."""
+    strengths, blob_radii, _ = _signal_blobs(signal, spacing, sign, min_radius, max_radius, xp)
+    return _area_weighted_median(strengths, blob_radii, blob_radii, signal.ndim)
+
+
+def _signal_voting_radius(signal, spacing, sign, min_radius, max_radius, xp) -> float:
+    """:func:`estimate_radius` of a grey 2D/3D ``signal`` (``sign`` -1: dark nuclei)."""
+    strengths, blob_radii, semi_axes = _signal_blobs(signal, spacing, sign, min_radius, max_radius, xp)
+    return VOTING_OVER_LONG_AXIS * _area_weighted_median(strengths, blob_radii, semi_axes[:, 1], signal.ndim)
+
+
+def _signal_blobs(signal, spacing, sign, min_radius, max_radius, xp):
+    """(strengths, radii, semi-axes ascending) of the blobs of a grey 2D/3D ``signal``."""
     signal = _central_crop(signal, _MAX_PIXELS)
-    ndim = signal.ndim
     extent = min(n * s for n, s in zip(signal.shape, spacing))
     low = _MIN_RADIUS_PIXELS * min(spacing) if min_radius is None else check_positive(min_radius, "min_radius")
     high = extent / 4 if max_radius is None else check_positive(max_radius, "max_radius")
@@ -71,10 +94,10 @@ def _signal_typical_radius(signal, spacing, sign, min_radius, max_radius, xp) ->
     if not highest > lowest:
         raise ValueError("image is constant: no nucleus size can be estimated from it")
     scaled = (scaled - lowest) * np.float32(sign / (highest - lowest))
-    strengths, blob_radii = _scale_space_blobs(scaled, radii, spacing, xp)
+    strengths, blob_radii, _, curvatures = _scale_space_blobs(scaled, radii, spacing, xp)
     if len(strengths) == 0:
         raise ValueError("no blob found in the image: no nucleus size can be estimated from it")
-    return _area_weighted_median(strengths, blob_radii, ndim)
+    return strengths, blob_radii, _semi_axes(blob_radii, curvatures)
 
 
 def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polarity: str = "bright",
@@ -82,9 +105,11 @@ def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polari
                     backend: str = "auto") -> float:
     """The radius to detect an image's nuclei with, estimated from the image.
 
-    ``iterative_voting``'s ``radius`` is the *largest* nucleus radius: this is
-    the typical radius (:func:`typical_radius`, from the scale-normalised
-    Laplacian-of-Gaussian blobs of the image) times 1.5 in 2D and 1.25 in 3D.
+    ``iterative_voting``'s ``radius`` is the *largest* nucleus radius (votes
+    reach that far, and detections are at least that far apart): this is
+    1.25 x the typical long semi-axis of the image's blobs (2D: the
+    semi-major axis; 3D: the middle one), read from the scale-normalised
+    Laplacian-of-Gaussian blobs and the Hessian at each.
 
     Parameters
     ----------
@@ -114,11 +139,19 @@ def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polari
     Blobs are the local maxima, over space and scale (3 x ... x 3), of
     -sigma^2 lap(G_sigma * I) on the image scaled to [0, 1] (nuclei bright),
     four scales per octave, each blob's scale refined by a parabola through
-    its three scales. The typical radius is the median of the blobs'
-    sqrt(ndim) sigma weighted by response x radius^ndim (the area they cover,
-    so that the many small blobs of noise and texture inside nuclei do not
-    count for more than the nuclei). Images over 2^21 pixels are
-    measured on a central crop of that size.
+    its three scales; the scales are filtered on an octave pyramid (each
+    on the coarsest level where sigma still spans 2 pixels). Each blob's
+    semi-axes come from its scale and the eigenvalues of the normalised
+    Hessian at its maximum (a Gaussian-blob model, exact for discs and
+    balls). The typical long semi-axis is the median of the blobs'
+    second-smallest semi-axis weighted by response x radius^ndim (the area
+    they cover, so that the many small blobs of noise and texture inside
+    nuclei do not count for more than the nuclei). An elongated nucleus's
+    Laplacian-of-Gaussian scale follows its minor axis, its equivalent radius
+    at best; the detector needs its length. In 3D the middle semi-axis,
+    not the longest: volumes are blurred most along the optical axis, which
+    stretches every nucleus along z in the image. Images over 2^21 pixels
+    are measured on a central crop of that size.
 
     Examples
     --------
@@ -127,13 +160,18 @@ def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polari
     >>> image, labels, *_ = synthetic_nuclei((128, 128), radius=6, seed=1)
     >>> median_radius = np.median(np.sqrt(np.bincount(labels.ravel())[1:] / np.pi))  # the truth
     >>> estimate = estimate_radius(image, backend="numpy")
-    >>> bool(abs(estimate / (1.5 * median_radius) - 1) < 0.15)
+    >>> bool(abs(estimate / (1.5 * median_radius) - 1) < 0.2)
     True
     """
-    typical = typical_radius(image, spacing=spacing, polarity=polarity, channel=channel, min_radius=min_radius,
-                             max_radius=max_radius, backend=backend)
-    ndim = 2 if (image.ndim == 3 and image.shape[-1] in (3, 4)) else image.ndim
-    return typical * LARGEST_OVER_TYPICAL[ndim]
+    xp = select_xp(backend, image)
+    image = check_image(image, allow_rgb=True)
+    image = to_device(image, xp) if get_array_module(image) is not xp else image
+    signal, from_rgb = spatial_signal(image, channel, xp)
+    spacing = check_spacing(spacing, signal.ndim)
+    if polarity not in ("bright", "dark"):
+        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
+    sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
+    return _signal_voting_radius(signal, spacing, sign, min_radius, max_radius, xp)
 
 
 def _radii(low: float, high: float) -> np.ndarray:
@@ -155,52 +193,118 @@ def _central_crop(signal, max_pixels: int):
     return signal[tuple(slices)]
 
 
-def _normalised_log(image, sigma_physical: float, spacing, ndimage):
-    """-sigma^2 lap(G_sigma * image), the Laplacian in physical units."""
-    sigma = tuple(sigma_physical / s for s in spacing)
-    total = None
-    for axis, step in enumerate(spacing):
-        order = [0] * image.ndim
-        order[axis] = 2
-        term = ndimage.gaussian_filter(image, sigma, order=order, mode="reflect")
-        term *= -(sigma_physical / step) ** 2
-        total = term if total is None else total + term
-    return total.astype(np.float32)
+def _scale_responses(image, sigmas, spacing, ndimage):
+    """-sigma^2 lap(G_sigma * image) for each sigma (physical, ascending), each on
+    the coarsest grid of an octave pyramid where sigma still spans
+    ``_PIXELS_PER_SIGMA`` pixels per axis: a list of (response, decimation per axis).
+
+    The pyramid blurs each axis to ``_ALIAS_BLUR`` of the coarser pixel before
+    taking every other sample, and a scale's filter adds only the blur still
+    missing, sqrt(sigma^2 - blur^2) (the Gaussian semigroup); the large scales,
+    the cost of a full-resolution scale space, then cost little, and the filter
+    sizes in pixels repeat from octave to octave."""
+    ndim = image.ndim
+    level, factors, blur = image, (1,) * ndim, (0.0,) * ndim
+    responses = []
+    for sigma in sigmas:
+        wanted = tuple(max(f, 1 << max(0, int(math.floor(math.log2(sigma / (s * _PIXELS_PER_SIGMA))))))
+                       for s, f in zip(spacing, factors))
+        if wanted != factors:
+            target = tuple(_ALIAS_BLUR * s * w if w > f else b for s, w, f, b in zip(spacing, wanted, factors, blur))
+            extra = tuple(math.sqrt(max(t * t - b * b, 0.0)) / (s * f) for t, b, s, f in zip(target, blur, spacing, factors))
+            level = ndimage.gaussian_filter(level, extra, mode="reflect")
+            level = level[tuple(slice(None, None, w // f) for w, f in zip(wanted, factors))]
+            factors, blur = wanted, target
+        pixel = tuple(s * f for s, f in zip(spacing, factors))
+        missing = tuple(math.sqrt(max(sigma * sigma - b * b, 0.0)) / p for b, p in zip(blur, pixel))
+        hessian = {}
+        for i in range(ndim):
+            for j in range(i, ndim):
+                order = [0] * ndim
+                order[i] += 1
+                order[j] += 1
+                term = ndimage.gaussian_filter(level, missing, order=order, mode="reflect")
+                term *= -(sigma * sigma / (pixel[i] * pixel[j]))
+                hessian[i, j] = term.astype(np.float32)
+        total = sum(hessian[i, i] for i in range(ndim))
+        responses.append((total, factors, hessian))
+    return responses
 
 
 def _scale_space_blobs(image, radii, spacing, xp):
-    """(strengths, radii) of the positive local maxima of the normalised LoG
-    over space and scale, host arrays; the first and last scale only bound."""
+    """(strengths, radii, positions) of the positive local maxima of the normalised
+    LoG over space and scale (3 x ... x 3 in each scale's grid, the neighbouring
+    scales sampled at the same place), host arrays, positions in physical units;
+    the first and last scale only bound."""
     ndimage = ndimage_module(xp)
     ndim = image.ndim
-    stack = xp.stack([_normalised_log(image, r / math.sqrt(ndim), spacing, ndimage) for r in radii])
-    largest = ndimage.maximum_filter(stack, size=3, mode="nearest")
-    peaks = (stack == largest) & (stack > 0)
-    peaks[0] = False
-    peaks[-1] = False
-    border = [slice(None)] + [slice(1, -1)] * ndim  # a blob against the edge is cut: its scale is wrong
-    interior = xp.zeros_like(peaks)
-    interior[tuple(border)] = peaks[tuple(border)]
-    where = xp.nonzero(interior)
-    centre = stack[where]
-    before = stack[(where[0] - 1,) + tuple(where[1:])]
-    after = stack[(where[0] + 1,) + tuple(where[1:])]
-    # parabola through the three scales (log radius): the peak between them
-    curvature = before - 2 * centre + after
-    offset = xp.where(curvature < 0, 0.5 * (before - after) / xp.where(curvature < 0, curvature, -1), 0)
-    offset = xp.clip(offset, -0.5, 0.5)
-    strengths = to_host(centre).astype(np.float64)
-    steps = to_host(where[0]).astype(np.float64) + to_host(offset).astype(np.float64)
+    responses = _scale_responses(image, [r / math.sqrt(ndim) for r in radii], spacing, ndimage)
+    largest = [ndimage.maximum_filter(r, size=3, mode="nearest") for r, _, _ in responses]
+    strengths, steps, positions, curvatures = [], [], [], []
+    for k in range(1, len(responses) - 1):
+        response, factors, hessian = responses[k]
+        peaks = (response == largest[k]) & (response > 0)
+        interior = xp.zeros_like(peaks)  # a blob against the edge is cut: its scale is wrong
+        inner = tuple(slice(1, -1) for _ in range(ndim))
+        interior[inner] = peaks[inner]
+        where = xp.nonzero(interior)
+        if len(where[0]) == 0:
+            continue
+        centre = response[where]
+        keep = xp.ones(centre.shape, dtype=bool)
+        around = []
+        for j in (k - 1, k + 1):
+            other, other_factors, _ = responses[j]
+            index = tuple(xp.clip(xp.rint(w * (f / g)).astype(w.dtype), 0, n - 1)
+                          for w, f, g, n in zip(where, factors, other_factors, other.shape))
+            keep &= centre >= largest[j][index]
+            around.append(other[index])
+        before, after = around
+        # parabola through the three scales (log radius): the peak between them
+        curvature = before - 2 * centre + after
+        offset = xp.where(curvature < 0, 0.5 * (before - after) / xp.where(curvature < 0, curvature, -1), 0)
+        offset = xp.clip(offset, -0.5, 0.5)
+        keep = to_host(keep)
+        strengths.append(to_host(centre).astype(np.float64)[keep])
+        steps.append((k + to_host(offset).astype(np.float64))[keep])
+        positions.append(np.stack([to_host(w)[keep] * f * s for w, f, s in zip(where, factors, spacing)], axis=1))
+        matrix = np.empty((int(keep.sum()), ndim, ndim))
+        for (i, j), term in hessian.items():
+            matrix[:, i, j] = matrix[:, j, i] = to_host(term[where])[keep]
+        curvatures.append(np.linalg.eigvalsh(matrix)[:, ::-1])
+    if not strengths:
+        return np.zeros(0), np.zeros(0), np.zeros((0, ndim)), np.zeros((0, ndim))
+    steps = np.concatenate(steps)
     blob_radii = radii[0] * (radii[1] / radii[0]) ** steps
-    return strengths, blob_radii
+    return np.concatenate(strengths), blob_radii, np.concatenate(positions), np.concatenate(curvatures)
 
 
-def _area_weighted_median(strengths, blob_radii, ndim: int) -> float:
-    """Median radius over the area (volume) the blobs cover, weighted by their
-    response: weight = strength x radius^ndim. Counting blobs instead lets the
-    many small blobs of noise and chromatin texture inside the nuclei win (H&E:
-    0.3 of the true radius); they cover little of the image."""
+def _semi_axes(blob_radii, curvatures):
+    """Semi-axes (ascending) of each blob, from its scale and the eigenvalues
+    of the normalised Hessian -sigma^2 H at its maximum (descending).
+
+    A Gaussian blob of per-axis variances s_i^2 seen at scale sigma has
+    curvatures mu_i proportional to 1 / A_i, A_i = s_i^2 + sigma^2, and its
+    normalised LoG peaks where 1/sigma^2 = sum(1/A_i^2) / sum(1/A_i) +
+    sum(1/A_i) / 2. With the ratios rho_i = mu_1 / mu_i = A_i / A_1 read off
+    the Hessian, A_1 = sigma^2 (Q/P + P/2), P = sum(1/rho_i), Q = sum(1/rho_i^2).
+    A uniform disc or ball of radius R peaks at sigma = R / sqrt(n) with
+    s^2 = n sigma^2 / 2, so the semi-axis is sqrt(2) s_i (the disc exactly,
+    uniform 2:1 ellipses within 10%)."""
+    ndim = curvatures.shape[1]
+    sigma2 = (blob_radii / math.sqrt(ndim))[:, None] ** 2
+    sharpest = np.maximum(curvatures[:, :1], 1e-12)
+    rho = np.clip(sharpest / np.maximum(curvatures, 1e-12 * sharpest), 1.0, _MAX_CURVATURE_RATIO)
+    p, q = np.sum(1 / rho, axis=1, keepdims=True), np.sum(1 / rho**2, axis=1, keepdims=True)
+    return math.sqrt(2) * np.sqrt(np.maximum(rho * sigma2 * (q / p + p / 2) - sigma2, 0.0))
+
+
+def _area_weighted_median(strengths, blob_radii, values, ndim: int) -> float:
+    """Median of ``values`` over the area (volume) the blobs cover, weighted by
+    their response: weight = strength x radius^ndim. Counting blobs instead lets
+    the many small blobs of noise and chromatin texture inside the nuclei win
+    (H&E: 0.3 of the true radius); they cover little of the image."""
     weights = strengths * blob_radii**ndim
-    order = np.argsort(blob_radii)
+    order = np.argsort(values)
     cumulative = np.cumsum(weights[order])
-    return float(blob_radii[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])

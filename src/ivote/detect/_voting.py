@@ -477,10 +477,10 @@ def iterative_voting(
     sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
     radius_estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
     if radius_estimated:
-        from ._radius import LARGEST_OVER_TYPICAL, _signal_typical_radius
+        from ._radius import _signal_voting_radius
 
         check_finite_range([float(signal.min()), float(signal.max())], name="image")
-        radius = LARGEST_OVER_TYPICAL[ndim] * _signal_typical_radius(signal, spacing, sign, None, None, xp)
+        radius = _signal_voting_radius(signal, spacing, sign, None, None, xp)
     elif isinstance(radius, str):
         raise ParameterTypeError(f"radius must be a positive number or 'auto'; got {radius!r}")
     radius = check_radius(radius, signal.shape, spacing)
