@@ -13,7 +13,9 @@ earlier default), ``reference`` (:func:`ivote.detect.reference_threshold`),
 alone: ``auto score`` (its score threshold, contrast >= 3) and ``otsu +
 contrast split`` (Otsu's score threshold, its contrast floor); ``auto
 before``: the rule before the texture branch (min(Otsu, 0.3 x the typical
-nucleus's score) even where the contrasts split).
+nucleus's score) even where the contrasts split); ``texture, any split``:
+the texture branch wherever the contrasts split, whatever the share of the
+lower class.
 
 ``--errors`` adds, per dataset and radius setting, where the default rule's
 errors are (labels from ``--data``): false positives on the background,
@@ -73,8 +75,17 @@ def _auto_before(scores, contrasts):
     return value, _auto_contrast_floor(contrasts, MIN_CONTRAST)
 
 
+def _texture_any_split(scores, contrasts):
+    """The texture branch wherever the contrasts split (no share condition)."""
+    value, floor = _auto_before(scores, contrasts)
+    if floor > MIN_CONTRAST:
+        upper = scores[(contrasts >= floor) & (scores >= otsu_threshold(scores))]
+        value = 0.4 * float(np.median(upper)) if len(upper) else value
+    return value, floor
+
+
 RULES = {"otsu": _otsu, "reference": _reference, "auto score": _auto_score,
-         "otsu + contrast split": _otsu_contrast_split, "auto before": _auto_before, "auto": _auto}
+         "otsu + contrast split": _otsu_contrast_split, "auto before": _auto_before, "texture, any split": _texture_any_split, "auto": _auto}
 
 ERROR_KINDS = ("FP background", "FP off-centre", "FP second", "FN")
 

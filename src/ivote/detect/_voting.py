@@ -148,7 +148,8 @@ def reference_threshold(scores: ArrayLike, contrasts: ArrayLike, min_contrast: f
 
 
 _AUTO_TYPICAL_FRACTION = 0.3
-_AUTO_TEXTURE_FRACTION = 0.4  # textured images (contrast split): 0.35-0.45 alike on the evaluation data
+_AUTO_TEXTURE_FRACTION = 0.4  # textured images: 0.35-0.45 alike on the evaluation data
+_AUTO_TEXTURE_SHARE = 1 / 6  # share of the maxima below the contrast split that makes an image textured
 _AUTO_SEPARABILITY = 0.75
 _AUTO_MIN_CLASS = 5
 _AUTO_MIN_SPLIT_MAXIMA = 50  # fewer maxima: no contrast split (brightness varies among a few nuclei)
@@ -179,12 +180,15 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       nucleus is kept in any case (the argument of
       :func:`reference_threshold`, taken on Otsu's upper class so that a few
       nuclei among many background maxima still set it).
-    * Score, after a contrast split (a textured image: stroma and chromatin
-      of H&E): the higher of Otsu's threshold and 0.4 times the median score
-      of the maxima above it that pass the raised floor. Texture maxima also
-      reach above the floor, scoring between the background's and the
-      nuclei's, so there a maximum must score like a nucleus (within 2.5
-      times of the typical one) rather than merely above the background.
+    * Score, in a textured image (stroma and chromatin of H&E: a contrast
+      split whose lower class holds at least a sixth of the maxima): 0.4
+      times the median score of the maxima above Otsu's threshold that pass
+      the raised floor. Texture maxima also reach above the floor, scoring
+      between the background's and the nuclei's, so there a maximum must
+      score like a nucleus (within 2.5 times of the typical one) rather than
+      merely above the background. A split with a small lower class (a few
+      dim nuclei or debris among bright nuclei, 5-13% of the maxima on the
+      fluorescence images) is not texture: the first score rule applies.
 
     Returns ``(score_threshold, contrast_floor)``; the floor is at least
     ``min_contrast``. Chosen on every image of the evaluation data against a
@@ -204,7 +208,9 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     floor = _auto_contrast_floor(contrasts, min_contrast)
     value = otsu_threshold(scores)
     upper = scores[(contrasts >= floor) & (scores >= value)]
-    if len(upper) and floor > min_contrast:  # texture: a fraction of the typical nucleus's score
+    measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
+    textured = floor > min_contrast and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE
+    if len(upper) and textured:  # a fraction of the typical nucleus's score
         value = float(_AUTO_TEXTURE_FRACTION * np.median(upper))
     elif len(upper):
         value = min(value, float(_AUTO_TYPICAL_FRACTION * np.median(upper)))
