@@ -207,9 +207,9 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     contrasts = np.asarray(contrasts, dtype=np.float64)
     floor = _auto_contrast_floor(contrasts, min_contrast)
     value = otsu_threshold(scores)
-    upper = scores[(contrasts >= floor) & (scores >= value)]
     measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
     textured = floor > min_contrast and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE
+    upper = scores[(contrasts >= (floor if textured else min_contrast)) & (scores >= value)]
     if len(upper) and textured:  # a fraction of the typical nucleus's score
         value = float(_AUTO_TEXTURE_FRACTION * np.median(upper))
     elif len(upper):
@@ -419,8 +419,9 @@ def iterative_voting(
     threshold : 'auto', 'otsu', 'reference', 'none', None or float
         Score threshold: ``'auto'`` (default, :func:`auto_threshold`: the
         lower of Otsu's threshold of the log scores and 0.3 times the typical
-        nucleus's score; where the contrasts fall in two classes, a contrast
-        floor between them and 0.4 times the typical nucleus's score),
+        nucleus's score, a contrast floor between the contrasts' two classes
+        where they fall in two, and on textured images 0.4 times the
+        typical nucleus's score instead),
         ``'otsu'`` (Otsu's on the log scores of all local maxima),
         ``'reference'`` (:func:`reference_threshold`), none (every maximum is
         returned) or a value.
