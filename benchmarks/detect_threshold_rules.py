@@ -11,9 +11,19 @@ Rules: ``otsu`` (Otsu's threshold of the log scores of every maximum, the
 earlier default), ``reference`` (:func:`ivote.detect.reference_threshold`),
 ``auto`` (:func:`ivote.detect.auto_threshold`, the default) and its two parts
 alone: ``auto score`` (its score threshold, contrast >= 3) and ``otsu +
-contrast split`` (Otsu's score threshold, its contrast floor).
+contrast split`` (Otsu's score threshold, its contrast floor); ``auto
+before``: the rule before the texture branch (min(Otsu, 0.3 x the typical
+nucleus's score) even where the contrasts split); ``texture, any split``:
+the texture branch wherever the contrasts split, whatever the share of the
+lower class.
 
-Usage: python benchmarks/detect_threshold_rules.py DIR [--out FILE]
+``--errors`` adds, per dataset and radius setting, where the default rule's
+errors are (labels from ``--data``): false positives on the background,
+inside a labelled nucleus that no detection matched (off its centre by more
+than the tolerance) or inside one already matched (a second maximum), and
+false negatives; and the same counts at the per-image oracle threshold.
+
+Usage: python benchmarks/detect_threshold_rules.py DIR [--errors] [--data DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -24,11 +34,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import tifffile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy_detect import oracle_match  # noqa: E402
+from accuracy_detect import DEFAULT_DATA, oracle_match  # noqa: E402
 
 from ivote.detect import auto_threshold, otsu_threshold, reference_threshold  # noqa: E402
+from ivote.detect._voting import _auto_contrast_floor  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 MIN_CONTRAST = 3.0
@@ -54,14 +66,66 @@ def _otsu_contrast_split(scores, contrasts):
     return otsu_threshold(scores), auto_threshold(scores, contrasts, MIN_CONTRAST)[1]
 
 
+def _auto_before(scores, contrasts):
+    """``auto`` before the texture rule (2026-11-24 morning): min(Otsu, 0.3 x the typical
+    nucleus's score) whether or not the contrasts split."""
+    otsu = otsu_threshold(scores)
+    upper = scores[(contrasts >= MIN_CONTRAST) & (scores >= otsu)]
+    value = min(otsu, 0.3 * float(np.median(upper))) if len(upper) else otsu
+    return value, _auto_contrast_floor(contrasts, MIN_CONTRAST)
+
+
+def _texture_any_split(scores, contrasts):
+    """The texture branch wherever the contrasts split (no share condition)."""
+    value, floor = _auto_before(scores, contrasts)
+    if floor > MIN_CONTRAST:
+        upper = scores[(contrasts >= floor) & (scores >= otsu_threshold(scores))]
+        value = 0.4 * float(np.median(upper)) if len(upper) else value
+    return value, floor
+
+
 RULES = {"otsu": _otsu, "reference": _reference, "auto score": _auto_score,
-         "otsu + contrast split": _otsu_contrast_split, "auto": _auto}
+         "otsu + contrast split": _otsu_contrast_split, "auto before": _auto_before, "texture, any split": _texture_any_split, "auto": _auto}
+
+ERROR_KINDS = ("FP background", "FP off-centre", "FP second", "FN")
+
+
+def error_kinds(points, match, labels) -> dict:
+    """Counts of ``ERROR_KINDS`` for detections ``points`` matched by ``match``; row k
+    of the truth is label k + 1 (the data folder's convention)."""
+    matched_points = np.zeros(len(points), bool)
+    matched_points[match.pairs[:, 0]] = True
+    matched_labels = set((match.pairs[:, 1] + 1).tolist())
+    at = labels[tuple(np.round(points[~matched_points]).astype(int).T)]
+    counts = dict.fromkeys(ERROR_KINDS, 0)
+    counts["FP background"] = int(np.sum(at == 0))
+    inside = at[at > 0]
+    second = np.isin(inside, list(matched_labels))
+    counts["FP second"] = int(second.sum())
+    counts["FP off-centre"] = int((~second).sum())
+    counts["FN"] = match.n_true - match.true_positives
+    return counts
+
+
+def _oracle_points(points, scores, centers, tol, spacing, max_thresholds=100):
+    """The points kept at the oracle threshold (``accuracy_detect.oracle_match``'s), and their match."""
+    best = (match_points(points[:0], centers, tolerance=tol, spacing=spacing), points[:0])
+    thresholds = np.unique(scores)
+    if len(thresholds) > max_thresholds:
+        thresholds = np.unique(np.quantile(scores, np.linspace(0, 1, max_thresholds)))
+    for t in thresholds:
+        m = match_points(points[scores >= t], centers, tolerance=tol, spacing=spacing)
+        if m.f1 > best[0].f1:
+            best = (m, points[scores >= t])
+    return best[1], best[0]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--errors", action="store_true", help="where the errors are (needs the labels)")
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="evaluation data folder (for --errors)")
     args = parser.parse_args(argv)
     groups = defaultdict(list)
     for path in sorted(Path(args.dump).glob("*.npz")):
@@ -75,8 +139,10 @@ def main(argv=None) -> int:
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
     print("\n".join(lines), flush=True)
     gaps = defaultdict(list)
+    error_rows = []
     for (dataset, mode), paths in sorted(groups.items()):
         totals = dict.fromkeys(["oracle", *names])
+        errors = {"auto": dict.fromkeys(ERROR_KINDS, 0), "oracle": dict.fromkeys(ERROR_KINDS, 0)}
         for path in paths:
             z = np.load(path)
             points, scores, contrasts = z["candidates"], z["scores"], z["contrasts"]
@@ -89,15 +155,33 @@ def main(argv=None) -> int:
                 matches[name] = match_points(points[keep], centers, tolerance=tol, spacing=spacing)
             for name, m in matches.items():
                 totals[name] = m if totals[name] is None else totals[name] + m
+            labels_path = Path(args.data) / dataset / "labels" / f"{path.stem.split('__')[1]}.tif"
+            if args.errors and labels_path.exists():
+                labels = tifffile.imread(labels_path)
+                value, floor = _auto(scores, contrasts)
+                keep = (scores >= value) & (contrasts >= floor)
+                kept, m = _oracle_points(points[passing], scores[passing], centers, tol, spacing)
+                for name, (where, match) in {"auto": (points[keep], matches["auto"]), "oracle": (kept, m)}.items():
+                    for kind, n in error_kinds(where, match, labels).items():
+                        errors[name][kind] += n
+        if args.errors:
+            error_rows.append(f"| {dataset} | {mode} | "
+                              + " | ".join(f"{errors['auto'][k]} / {errors['oracle'][k]}" for k in ERROR_KINDS) + " |")
         for name in names:
             gaps[name].append(totals["oracle"].f1 - totals[name].f1)
-        line = (f"| {dataset} | {mode} | {len(paths)} | {totals['oracle'].f1:.3f} | "
-                + " | ".join(f"{totals[n].f1:.3f}" for n in names) + " |")
+        line = (f"| {dataset} | {mode} | {len(paths)} | {totals['oracle'].f1:.4f} | "
+                + " | ".join(f"{totals[n].f1:.4f}" for n in names) + " |")
         lines.append(line)
         print(line, flush=True)
-    line = "| largest gap to the oracle | | | | " + " | ".join(f"{max(gaps[n]):.3f}" for n in names) + " |"
+    line = "| largest gap to the oracle | | | | " + " | ".join(f"{max(gaps[n]):.4f}" for n in names) + " |"
     lines.append(line)
     print(line)
+    if error_rows:
+        header = ["", "Errors of `auto` / at the oracle threshold (counts pooled over the images):", "",
+                  "| dataset | radius | " + " | ".join(ERROR_KINDS) + " |",
+                  "| --- | --- | " + " | ".join("---" for _ in ERROR_KINDS) + " |"]
+        lines += header + error_rows
+        print("\n".join(header + error_rows))
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
     return 0

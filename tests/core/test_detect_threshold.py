@@ -107,3 +107,40 @@ def test_a_few_nuclei_of_varied_brightness_are_not_split_by_contrast():
     assert auto.min_contrast == 3.0
     assert len(auto.points) >= len(otsu.points)
     assert match_points(auto.points, sample.centers, tolerance=4).f1 >= 0.9
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_textured_image_keeps_only_maxima_that_score_like_nuclei(seed):
+    """H&E-like maxima: 100 nuclei (score ~200, contrast 40-90), 200 texture maxima of
+    low contrast (4-12, under the split) and 40 of tissue texture that pass the raised
+    floor (contrast 30-60) scoring between them (~55). With a contrast split the score
+    threshold is 0.4 x the typical nucleus's, which drops the in-between texture; the
+    rule without a split (min of Otsu's and 0.3 x) keeps 11-21 of them."""
+    rng = np.random.default_rng(seed)
+    scores = np.concatenate([np.exp(rng.normal(np.log(200), 0.3, 100)), np.exp(rng.normal(np.log(20), 0.5, 200)),
+                             np.exp(rng.normal(np.log(55), 0.2, 40))])
+    contrasts = np.concatenate([rng.uniform(40, 90, 100), rng.uniform(4, 12, 200), rng.uniform(30, 60, 40)])
+    value, floor = auto_threshold(scores, contrasts)
+    assert 11 <= floor < 30  # the split drops the low-contrast texture
+    kept = (scores >= value) & (contrasts >= floor)
+    upper = scores[(contrasts >= floor) & (scores >= otsu_threshold(scores))]
+    assert value == pytest.approx(0.4 * np.median(upper))
+    assert kept[:100].sum() >= 98 and kept[300:].sum() <= 4
+    no_split = min(otsu_threshold(scores), 0.3 * np.median(scores[scores >= otsu_threshold(scores)]))
+    assert ((scores >= no_split) & (contrasts >= floor))[300:].sum() >= 10  # what the split's rule avoids
+
+
+def test_a_few_dim_maxima_below_the_contrast_split_are_not_texture():
+    """A split whose lower class is 6 of 90 maxima (a few dim objects among bright nuclei, as
+    on fluorescence images, 5-13% there against 23-57% on H&E): the floor rises, but the score
+    threshold stays the lower of Otsu's and 0.3 x the typical nucleus's, keeping the weaker nuclei."""
+    rng = np.random.default_rng(12)
+    scores = np.concatenate([np.exp(rng.normal(np.log(200), 0.5, 84)), np.exp(rng.normal(np.log(20), 0.3, 6))])
+    contrasts = np.concatenate([rng.uniform(40, 90, 84), rng.uniform(4, 7, 6)])
+    value, floor = auto_threshold(scores, contrasts)
+    assert floor < 40 and np.all(contrasts[84:] < floor)  # the split: the six dim maxima below
+    otsu = otsu_threshold(scores)
+    assert value == pytest.approx(min(otsu, 0.3 * np.median(scores[(contrasts >= 3) & (scores >= otsu)])))
+    kept = ((scores >= value) & (contrasts >= floor))[:84].sum()
+    typical = np.median(scores[(contrasts >= floor) & (scores >= otsu)])
+    assert kept >= 82 and kept >= np.sum(scores[:84] >= 0.4 * typical) + 2  # the texture rule would drop them

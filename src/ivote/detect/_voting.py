@@ -148,6 +148,8 @@ def reference_threshold(scores: ArrayLike, contrasts: ArrayLike, min_contrast: f
 
 
 _AUTO_TYPICAL_FRACTION = 0.3
+_AUTO_TEXTURE_FRACTION = 0.4  # textured images: 0.35-0.45 alike on the evaluation data
+_AUTO_TEXTURE_SHARE = 1 / 6  # share of the maxima below the contrast split that makes an image textured
 _AUTO_SEPARABILITY = 0.75
 _AUTO_MIN_CLASS = 5
 _AUTO_MIN_SPLIT_MAXIMA = 50  # fewer maxima: no contrast split (brightness varies among a few nuclei)
@@ -157,16 +159,6 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
                    min_contrast: float = _DEFAULT_MIN_CONTRAST) -> tuple[float, float]:
     """The default rule (``threshold="auto"``): a score threshold and a contrast floor.
 
-    * Score: the lower of Otsu's threshold of the log scores of every local
-      maximum (:func:`otsu_threshold`) and 0.3 times the median score of the
-      maxima above it that pass the contrast test (the image's typical
-      nucleus). Otsu's threshold separates nuclei from the maxima of
-      background and texture when both are present, but it always splits the
-      scores in two, so when nearly every maximum is a nucleus it cuts into
-      them; a maximum scoring within about three times of the typical
-      nucleus is kept in any case (the argument of
-      :func:`reference_threshold`, taken on Otsu's upper class so that a few
-      nuclei among many background maxima still set it).
     * Contrast: when the log contrasts of the maxima fall in two clear
       classes, the lower class (maxima of noise, of texture inside tissue) is
       dropped: the floor is raised to Otsu's threshold of the log contrasts
@@ -178,6 +170,25 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       classes (17 nuclei of a 64² frame lost 8 to such a split), while the
       texture it is meant for comes in hundreds of maxima. Not applied when
       ``min_contrast`` is 0 (no contrast test) or the image is noiseless.
+    * Score, no contrast split: the lower of Otsu's threshold of the log
+      scores of every local maximum (:func:`otsu_threshold`) and 0.3 times
+      the median score of the maxima above it that pass the contrast test
+      (the image's typical nucleus). Otsu's threshold separates nuclei from
+      the maxima of background when both are present, but it always splits
+      the scores in two, so when nearly every maximum is a nucleus it cuts
+      into them; a maximum scoring within about three times of the typical
+      nucleus is kept in any case (the argument of
+      :func:`reference_threshold`, taken on Otsu's upper class so that a few
+      nuclei among many background maxima still set it).
+    * Score, in a textured image (stroma and chromatin of H&E: a contrast
+      split whose lower class holds at least a sixth of the maxima): 0.4
+      times the median score of the maxima above Otsu's threshold that pass
+      the raised floor. Texture maxima also reach above the floor, scoring
+      between the background's and the nuclei's, so there a maximum must
+      score like a nucleus (within 2.5 times of the typical one) rather than
+      merely above the background. A split with a small lower class (a few
+      dim nuclei or debris among bright nuclei, 5-13% of the maxima on the
+      fluorescence images) is not texture: the first score rule applies.
 
     Returns ``(score_threshold, contrast_floor)``; the floor is at least
     ``min_contrast``. Chosen on every image of the evaluation data against a
@@ -194,10 +205,20 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     """
     scores = np.asarray(scores, dtype=np.float64)
     contrasts = np.asarray(contrasts, dtype=np.float64)
+    floor = _auto_contrast_floor(contrasts, min_contrast)
     value = otsu_threshold(scores)
-    upper = scores[(contrasts >= min_contrast) & (scores >= value)]
-    if len(upper):
+    measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
+    textured = floor > min_contrast and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE
+    upper = scores[(contrasts >= (floor if textured else min_contrast)) & (scores >= value)]
+    if len(upper) and textured:  # a fraction of the typical nucleus's score
+        value = float(_AUTO_TEXTURE_FRACTION * np.median(upper))
+    elif len(upper):
         value = min(value, float(_AUTO_TYPICAL_FRACTION * np.median(upper)))
+    return value, floor
+
+
+def _auto_contrast_floor(contrasts, min_contrast) -> float:
+    """:func:`auto_threshold`'s contrast floor: Otsu's split of the log contrasts when it is clear."""
     floor = float(min_contrast)
     measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
     if min_contrast > 0 and len(measurable) >= _AUTO_MIN_SPLIT_MAXIMA:
@@ -208,7 +229,7 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
             split = _threshold_otsu(logs, first, last) + (last - first) / 512
             if np.sum(logs < split) >= _AUTO_MIN_CLASS and _separability(logs, split) >= _AUTO_SEPARABILITY:
                 floor = max(floor, float(np.exp(split)))
-    return value, floor
+    return floor
 
 
 def _separability(values, split) -> float:
@@ -398,10 +419,12 @@ def iterative_voting(
     threshold : 'auto', 'otsu', 'reference', 'none', None or float
         Score threshold: ``'auto'`` (default, :func:`auto_threshold`: the
         lower of Otsu's threshold of the log scores and 0.3 times the typical
-        nucleus's score, and a contrast floor raised when the contrasts fall
-        in two classes), ``'otsu'`` (Otsu's on the log scores of all local
-        maxima), ``'reference'`` (:func:`reference_threshold`), none (every
-        maximum is returned) or a value.
+        nucleus's score, a contrast floor between the contrasts' two classes
+        where they fall in two, and on textured images 0.4 times the
+        typical nucleus's score instead),
+        ``'otsu'`` (Otsu's on the log scores of all local maxima),
+        ``'reference'`` (:func:`reference_threshold`), none (every maximum is
+        returned) or a value.
     min_contrast : float
         A cell's blurred intensity must exceed the lowest within ``radius`` of it
         by this many standard deviations of the image noise (default 3; 0: no
