@@ -84,3 +84,27 @@ def test_cli_learn_and_fit_with_radius(tmp_path, capsys):
     capsys.readouterr()
     assert main(["features", "fit", str(image_path), "--out", str(tmp_path / "m2.npz")]) != 0
     assert "--radius" in capsys.readouterr().err
+
+
+def test_max_patches_bounds_the_training_steps(monkeypatch):
+    image = synthetic_nuclei((64, 64), radius=5, seed=1).image
+    steps = []
+    original = ConvRBM._cd1
+
+    def counting(self, *args, **kwargs):
+        steps.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConvRBM, "_cd1", counting)
+    ConvRBM(3, 5, xp=np).fit(image, epochs=2, patch_shape=(16, 16))
+    every = len(steps)
+    assert every >= 2 * 16  # a grid of at least 4 x 4 tiles per epoch
+    steps.clear()
+    capped = ConvRBM(3, 5, xp=np).fit(image, epochs=2, patch_shape=(16, 16), max_patches=5)
+    assert len(steps) == 10 and len(capped.reconstruction_errors_) == 2
+    steps.clear()
+    same = ConvRBM(3, 5, xp=np).fit(image, epochs=2, patch_shape=(16, 16), max_patches=10_000)
+    reference = ConvRBM(3, 5, xp=np).fit(image, epochs=2, patch_shape=(16, 16))
+    np.testing.assert_array_equal(same.filters_, reference.filters_)  # a cap above the count changes nothing
+    with pytest.raises(ValueError, match="max_patches"):
+        ConvRBM(3, 5, xp=np).fit(image, max_patches=0)

@@ -400,7 +400,8 @@ class ConvRBM:
     @gpu_memory_guard("ConvRBM")
     def fit(self, images: ArrayLike | Array | Sequence[ArrayLike | Array], *, epochs: int = 10, batch_size: int = 8,
             learning_rate: float = 1e-3, momentum: float = 0.5, weight_decay: float = 1e-4,
-            patch_shape: Sequence[int] | None = None, progress: Callback = None) -> "ConvRBM":
+            patch_shape: Sequence[int] | None = None, max_patches: int | None = None,
+            progress: Callback = None) -> "ConvRBM":
         """Train by CD-1 with momentum and weight decay.
 
         Parameters
@@ -418,6 +419,9 @@ class ConvRBM:
         patch_shape : tuple of int, optional
             Train on tiles of this shape cut from each image on a grid with a
             random offset every epoch (more, smaller updates from few images).
+        max_patches : int, optional
+            Train each epoch on at most this many of the images or tiles, a
+            fresh random draw every epoch (bounds the time on large images).
         progress : callable, optional
             ``progress(epoch, n_epochs, reconstruction_error)`` after each epoch;
             an exception raised by it stops training (the model keeps the
@@ -438,6 +442,8 @@ class ConvRBM:
             raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        if max_patches is not None and (not isinstance(max_patches, Integral) or max_patches < 1):
+            raise ValueError(f"max_patches must be an integer >= 1 or None; got {max_patches!r}")
         learning_rate = check_positive(learning_rate, "learning_rate")
         momentum = check_positive(momentum, "momentum", upper=0.999, allow_zero=True)
         weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
@@ -463,7 +469,7 @@ class ConvRBM:
         velocity_b = 0.0
         for epoch in range(epochs):
             samples = self._samples(standardised, patch_shape, sample_rng)
-            order = sample_rng.permutation(len(samples))
+            order = sample_rng.permutation(len(samples))[:max_patches]
             total_error, total_units = 0.0, 0
             for start in range(0, len(order), batch_size):
                 batch = [samples[i] for i in order[start : start + batch_size]]

@@ -19,6 +19,9 @@ FILTER_OVER_RADIUS = 0.5
 """Filter width / voting radius (0.75 x the typical nucleus radius; chosen on gbm40 among 0.4-1.0)."""
 EPOCHS = 10
 """Training epochs of the recommended model (20 detected no better on gbm40)."""
+MAX_TILES = 1024
+"""Training tiles per epoch at most (a random draw each epoch): a 1000² image has about 840 of 36²; larger
+images train no longer (their filters are the same kind), only the transform grows with the image."""
 LEARNING_RATES = (1e-3, 3e-4, 1e-4)
 """Tried in turn: a Gaussian-ReLU RBM can diverge, then training restarts with a smaller step."""
 
@@ -118,7 +121,8 @@ class NucleusFeatures:
         for learning_rate in LEARNING_RATES:
             model = ConvRBM(N_FILTERS, shape, seed=self.seed)
             try:
-                model.fit(grey, epochs=EPOCHS, patch_shape=patch, learning_rate=learning_rate, progress=self.progress)
+                model.fit(grey, epochs=EPOCHS, patch_shape=patch, max_patches=MAX_TILES, learning_rate=learning_rate,
+                          progress=self.progress)
             except FloatingPointError:  # diverged (TrainingDivergedError): a smaller step
                 continue
             self.model = model
