@@ -14,10 +14,20 @@ Each case names the hidden extent of training (``ConvRBM(hidden_extent=...)``):
 the peer uses ``padding=0``) or ``same`` (zero boundary, a hidden unit per
 pixel; FFTs padded by half a filter; the peer uses ``padding=k//2``).
 
+``--cpu-tile SIDE`` (no GPU needed) times instead the recommended model
+(``ivote.features.NucleusFeatures``: 8 filters of 9x9 for a voting radius of 18
+px, 10 epochs on 36x36 tiles) fitted on one SIDE x SIDE H&E tile (gbm40 tiles
+mirrored to size when the evaluation data are there, else synthetic nuclei),
+on the CPU: the Numba path, the same path with every spectral product threaded
+(the code before 2026-11-24), and the NumPy reference, each with its wall and
+CPU time; the peer is the detection of the same tile (``iterative_voting``,
+Numba, default blur).
+
 Usage::
 
     python benchmarks/bench_convrbm.py [--quick] [--breakdown] [--case 128x128x128:9:1[:same] ...] [--no-torch]
         [--no-numpy] [--out FILE]
+    python benchmarks/bench_convrbm.py --cpu-tile 1000
 """
 
 from __future__ import annotations
@@ -210,6 +220,68 @@ def cudnn(shape, k, s, extent, repeat, tf32=True):
     return results
 
 
+def he_tile(side):
+    """A side x side RGB H&E tile: gbm40 tiles side by side (mirrored), else synthetic dark nuclei."""
+    import os
+
+    data = Path(os.environ.get("IVOTE_EVAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "gbm40"
+    if not data.exists():
+        data = Path("/work/shared/data/gbm40")
+    if data.exists():
+        import tifffile
+
+        tiles = [tifffile.imread(p) for p in sorted((data / "images").glob("*.tif"))[:4]]
+        row = lambda a, b: np.concatenate([a, b[:, ::-1]], axis=1)  # noqa: E731
+        mosaic = np.concatenate([row(tiles[0], tiles[1]), row(tiles[2], tiles[3])[::-1]], axis=0)
+        reps = -(-side // mosaic.shape[0])
+        return np.tile(mosaic, (reps, reps, 1))[:side, :side], "gbm40 tiles"
+    from ivote.data import synthetic_nuclei
+
+    grey = synthetic_nuclei((side, side), radius=12, seed=0, polarity="dark").image
+    grey = (grey - grey.min()) / np.ptp(grey)
+    rgb = np.stack([0.25 + 0.75 * grey, 0.1 + 0.9 * grey, 0.6 + 0.4 * grey], axis=-1)
+    return (rgb * 255).astype(np.uint8), "synthetic"
+
+
+def cpu_tile(side, radius=18.0):
+    """Seconds (wall, CPU) to fit the recommended model on a side x side H&E tile, per CPU path."""
+    import os
+
+    from ivote.detect import iterative_voting
+    from ivote.features import NucleusFeatures
+    from ivote.features import _numba as numba_products
+
+    tile, source = he_tile(side)
+    NucleusFeatures(radius).fit(tile[:96, :96])  # compile / load the Numba kernels first
+    iterative_voting(tile[:96, :96], radius=radius, backend="numba")
+    rows = []
+    threshold = numba_products._PARALLEL_MIN_WORK
+    for name, backend, min_work in (("Numba (one-thread small products)", "numba", threshold),
+                                    ("Numba, every product threaded (before)", "numba", 0),
+                                    ("NumPy reference", "numpy", threshold)):
+        os.environ["IVOTE_BACKEND"] = backend
+        numba_products._PARALLEL_MIN_WORK = min_work
+        wall, cpu = time.perf_counter(), time.process_time()
+        model = NucleusFeatures(radius).fit(tile)
+        rows.append((name, time.perf_counter() - wall, time.process_time() - cpu, model))
+    numba_products._PARALLEL_MIN_WORK = threshold
+    os.environ["IVOTE_BACKEND"] = "numba"
+    wall, cpu = time.perf_counter(), time.process_time()
+    found = iterative_voting(tile, radius=radius, backend="numba")
+    detect = (time.perf_counter() - wall, time.process_time() - cpu)
+    model = rows[0][3]
+    print(f"# ConvRBM training on the CPU, {side}x{side} H&E ({source}), "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
+    print(f"NucleusFeatures({radius:g}): {model.n_filters} filters {'x'.join(map(str, model.filter_shape))}, "
+          f"{len(model.reconstruction_errors_)} epochs; {os.cpu_count()} CPU(s), shared (timings noisy).\n")
+    print("| path | wall s | CPU s | / detection (wall) |\n| --- | --- | --- | --- |")
+    for name, wall_s, cpu_s, _ in rows:
+        print(f"| fit, {name} | {wall_s:.1f} | {cpu_s:.1f} | {wall_s / detect[0]:.1f}x |")
+    print(f"| peer: iterative_voting, Numba, default blur ({len(found.points)} nuclei) | {detect[0]:.1f} "
+          f"| {detect[1]:.1f} | 1x |")
+    return 0
+
+
 def fmt_ms(seconds):
     return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.2f}"
 
@@ -225,7 +297,11 @@ def main(argv=None):
     parser.add_argument("--breakdown-extent", default="valid", choices=("valid", "same"))
     parser.add_argument("--case", action="append", default=None, metavar="SHAPE:K:S[:EXTENT]",
                         help="run only this case, e.g. 128x128x128:9:1 or 128x128x128:9:1:same (repeatable)")
+    parser.add_argument("--cpu-tile", type=int, default=None, metavar="SIDE",
+                        help="time instead the recommended model's training on a SIDE x SIDE H&E tile on the CPU")
     args = parser.parse_args(argv)
+    if args.cpu_tile:
+        return cpu_tile(args.cpu_tile)
     if not cupy_available():
         print("bench_convrbm: needs a CUDA GPU with CuPy")
         return 1

@@ -77,3 +77,17 @@ def test_training_with_numba_equals_reference(monkeypatch, stride):
     np.testing.assert_allclose(models["numba"].filters_, models["numpy"].filters_, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(models["numba"].reconstruction_errors_, models["numpy"].reconstruction_errors_,
                                rtol=1e-4)
+
+
+def test_threaded_and_single_thread_loops_agree(monkeypatch):
+    """Small products run the loops on one thread, large ones over the cores: both equal the reference."""
+    filters, visible, hidden = _spectra((40, 36), 5, 2, np.float64)
+    expected = _reference.hidden_spectrum(filters, visible, scale=0.5)
+    expected_grad = _reference.accumulate_gradient(np.zeros_like(filters), hidden, visible, hidden, 2 * visible)
+    for threshold in (0, 1 << 40):  # every product threaded / none
+        monkeypatch.setattr(_numba, "_PARALLEL_MIN_WORK", threshold)
+        np.testing.assert_allclose(_numba.hidden_spectrum(filters, visible, scale=0.5), expected, rtol=1e-12, atol=1e-12)
+        grad = _numba.accumulate_gradient(np.zeros_like(filters), hidden, visible, hidden, 2 * visible)
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-12)
+    assert _numba._contract_kernels[0] is not _numba._contract_kernels[1]
+    assert not _numba._contract_kernels[1].targetoptions.get("parallel", False)

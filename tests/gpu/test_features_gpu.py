@@ -144,3 +144,30 @@ def test_pruned_dfts_match_cufft():
     cropped = cropped_irfftn(rfftn(volume, shape, cp), positions, shape, cp)
     assert _relative_error(cropped, volume[(slice(None), slice(None)) + index]) < 1e-5
     assert _relative_error(irfftn(rfftn(volume, shape, cp), shape, cp, normalise=False) / np.prod(shape), volume) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(64, 72), (16, 40, 36)])
+def test_detection_inputs_match_numpy(shape):
+    """The reconstruction input (cupyx.scipy.ndimage's blur) and the principal component, CuPy vs NumPy."""
+    image = synthetic_nuclei(shape, radius=5, seed=9).image
+    host, device = _pair((5,) * len(shape), 1)
+    for source in ("reconstruction", "principal_component"):
+        expected = host.detection_input(image, source=source)
+        got = device.detection_input(_backend.to_device(image, device.xp), source=source)
+        assert _backend.is_device_array(got) and got.shape == image.shape
+        assert _relative_error(got, expected) < 1e-4
+
+
+def test_nucleus_features_on_gpu_detect_like_numpy():
+    from ivote.detect import iterative_voting
+    from ivote.features import NucleusFeatures
+    from ivote.metrics import match_points
+
+    sample = synthetic_nuclei((96, 96), radius=6, seed=4)
+    cp = _backend.default_xp()
+    learned = NucleusFeatures(9)
+    found = iterative_voting(cp.asarray(sample.image), radius=9, features=learned)
+    assert learned.model.xp is cp and learned.model.n_filters == 8
+    blurred = iterative_voting(sample.image, radius=9, backend="numpy")
+    f1 = match_points(_backend.to_host(found.points), sample.centers, tolerance=3).f1
+    assert f1 >= 0.7 and f1 >= match_points(blurred.points, sample.centers, tolerance=3).f1 - 0.05

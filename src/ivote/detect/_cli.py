@@ -81,7 +81,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     from .._progress import cli_progress
 
     options = dict(settings["options"])
-    if settings["features"]:
+    if settings["features"] and settings["features"] != "learn":
         from ..features import ConvRBM
 
         options["features"] = ConvRBM.load(settings["features"])
@@ -90,6 +90,12 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
                                           lazy_frames=True)
     spacing = command_spacing(found, settings["spacing"], command="ivote detect")
     options["spacing"] = spacing
+    if settings["features"] == "learn":  # the recommended ConvRBM, fitted on this image (docs/features.md)
+        from ..features import NucleusFeatures
+
+        radius = options["radius"]
+        options["features"] = NucleusFeatures(None if radius == "auto" else radius, spacing=spacing,
+                                              polarity=options["polarity"])
     start = time.perf_counter()
     progress = cli_progress(quiet)
     if "T" in found.axes:
@@ -278,8 +284,10 @@ def register(subparsers) -> None:
     parser.add_argument("--stains", choices=("fixed", "auto"), default="fixed",
                         help="for RGB H&E input: Ruifrok's fixed stain vectors (default) or vectors estimated "
                              "from the image (Macenko)")
-    parser.add_argument("--features", default=None, metavar="MODEL",
-                        help="ConvRBM .npz from 'ivote features fit': vote on its feature map instead of the blurred image")
+    parser.add_argument("--features", default=None, metavar="MODEL|learn",
+                        help="ConvRBM .npz from 'ivote features fit': vote on its feature map instead of the blurred "
+                             "image; 'learn': fit the recommended ConvRBM on each image first (H&E; see "
+                             "docs/features.md)")
     parser.add_argument("--backend", choices=("auto", "numpy", "numba", "cupy"), default="auto",
                         help="array backend (default: GPU when available, else the compiled CPU kernels)")
     add_input_options(parser)

@@ -80,8 +80,22 @@ def _cmd_fit(args) -> int:
     ndim = ndims.pop()
     if isinstance(patch, int):
         patch = (patch,) * ndim
-    model = ConvRBM(args.filters, _parse_size(args.size), stride=args.stride, seed=args.seed,
-                    hidden_extent=args.hidden_extent)
+    filters, size = args.filters, _parse_size(args.size) if args.size is not None else None
+    if args.radius is not None:  # the recommended model for nuclei of this voting radius (docs/features.md)
+        from ._learn import N_FILTERS, nucleus_filter_shape
+
+        if args.radius <= 0:
+            raise ValueError(f"--radius must be > 0 (the voting radius in pixels); got {args.radius:g}")
+        filters = N_FILTERS if filters is None else filters
+        size = nucleus_filter_shape(args.radius, (1.0,) * ndim) if size is None else size
+        if patch is None:
+            from ._learn import default_patch_shape
+
+            patch = default_patch_shape(images[0].shape, max(size) if isinstance(size, tuple) else size, args.stride)
+    if filters is None or size is None:
+        raise ValueError("give --filters and --size, or --radius R (the voting radius in pixels) for the "
+                         "recommended model")
+    model = ConvRBM(filters, size, stride=args.stride, seed=args.seed, hidden_extent=args.hidden_extent)
     start = time.perf_counter()
 
     with cli_progress(args.quiet) as progress, progress.step("training (epochs)", total=args.epochs) as task:
@@ -145,8 +159,12 @@ def register(subparsers) -> None:
                          description="Train a convolutional RBM (in the frequency domain, GPU when available) on "
                                      "one or more 2D or 3D images; write its filters to an .npz model.")
     fit.add_argument("inputs", nargs="+", metavar="INPUT", help="2D or 3D images (TIFF/PNG; RGB becomes gray)")
-    fit.add_argument("--filters", type=int, required=True, help="number of filters (hidden maps)")
-    fit.add_argument("--size", required=True, help="filter size in pixels: S, or Z,Y,X")
+    fit.add_argument("--radius", type=float, default=None,
+                     help="voting radius in pixels (as 'ivote detect --radius'): the recommended model for nuclei "
+                          "of that size, 8 filters about half the radius wide, tiles 4 filters wide")
+    fit.add_argument("--filters", type=int, default=None, help="number of filters (hidden maps; default with --radius: 8)")
+    fit.add_argument("--size", default=None, help="filter size in pixels: S, or Z,Y,X (default with --radius: "
+                                                  "half the radius, odd)")
     fit.add_argument("--stride", type=int, default=1, choices=(1, 2, 4), help="hidden-unit stride (default 1)")
     fit.add_argument("--epochs", type=int, default=10, help="passes over the data (default 10)")
     fit.add_argument("--batch-size", type=int, default=8, help="images or patches per mini-batch (default 8)")

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Sequence
 
 import numpy as np
 
-from .._backend import default_xp, gpu_memory_guard, to_device, to_host
+from .._backend import default_xp, gpu_memory_guard, ndimage_module, to_device, to_host
 from .._typing import Array, ArrayLike, Callback
 from .._validate import check_image, check_positive
 from ..errors import InputFileError, IvoteError, TrainingDivergedError
@@ -400,7 +400,8 @@ class ConvRBM:
     @gpu_memory_guard("ConvRBM")
     def fit(self, images: ArrayLike | Array | Sequence[ArrayLike | Array], *, epochs: int = 10, batch_size: int = 8,
             learning_rate: float = 1e-3, momentum: float = 0.5, weight_decay: float = 1e-4,
-            patch_shape: Sequence[int] | None = None, progress: Callback = None) -> "ConvRBM":
+            patch_shape: Sequence[int] | None = None, max_patches: int | None = None,
+            progress: Callback = None) -> "ConvRBM":
         """Train by CD-1 with momentum and weight decay.
 
         Parameters
@@ -418,6 +419,9 @@ class ConvRBM:
         patch_shape : tuple of int, optional
             Train on tiles of this shape cut from each image on a grid with a
             random offset every epoch (more, smaller updates from few images).
+        max_patches : int, optional
+            Train each epoch on at most this many of the images or tiles, a
+            fresh random draw every epoch (bounds the time on large images).
         progress : callable, optional
             ``progress(epoch, n_epochs, reconstruction_error)`` after each epoch;
             an exception raised by it stops training (the model keeps the
@@ -438,6 +442,8 @@ class ConvRBM:
             raise ValueError(f"epochs must be an integer >= 1; got {epochs!r}")
         if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        if max_patches is not None and (not isinstance(max_patches, Integral) or max_patches < 1):
+            raise ValueError(f"max_patches must be an integer >= 1 or None; got {max_patches!r}")
         learning_rate = check_positive(learning_rate, "learning_rate")
         momentum = check_positive(momentum, "momentum", upper=0.999, allow_zero=True)
         weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
@@ -463,7 +469,7 @@ class ConvRBM:
         velocity_b = 0.0
         for epoch in range(epochs):
             samples = self._samples(standardised, patch_shape, sample_rng)
-            order = sample_rng.permutation(len(samples))
+            order = sample_rng.permutation(len(samples))[:max_patches]
             total_error, total_units = 0.0, 0
             for start in range(0, len(order), batch_size):
                 batch = [samples[i] for i in order[start : start + batch_size]]
@@ -586,19 +592,22 @@ class ConvRBM:
         return self._pixels(visible, geometry) * std + mean
 
     @gpu_memory_guard("ConvRBM")
-    def detection_input(self, image: ArrayLike | Array) -> Array:
+    def detection_input(self, image: ArrayLike | Array, *, source: str = "reconstruction",
+                        blur: float = 2.0) -> Array:
         """A single-channel map for iterative voting in place of the Gaussian pre-blur.
 
-        The first principal component of the hidden maps at the image's size:
-        the combination of the features with the most variance over the
-        image, which on nuclei images is the nucleus/background contrast seen
-        through filters about a nucleus wide. Its sign is chosen so that it
-        correlates positively with the standardised image, so it keeps the
-        input's polarity (bright nuclei stay bright, dark ones stay dark, as
-        ``iterative_voting(polarity=...)`` expects); it is standardised to zero
-        mean and unit variance. A 2D RGB(A) image is read as H&E, through its
-        hematoxylin density (nuclei bright), as
-        :func:`ivote.detect.iterative_voting` does.
+        ``source='reconstruction'`` (default): the model's reconstruction of
+        the image (:meth:`reconstruct`, the visible mean given the hidden
+        expectations: the image re-drawn with the learned filters, chromatin
+        texture and noise the filters do not explain left out), then the
+        detector's own pre-blur (a Gaussian of ``blur`` pixels; 0: none).
+        ``source='principal_component'``: the first principal component of the
+        hidden maps, signed to correlate positively with the image (the
+        choice before 2026-11-24). Either keeps the input's polarity (bright
+        nuclei stay bright, dark ones dark, as ``iterative_voting(polarity=...)``
+        expects) and is standardised to zero mean and unit variance. A 2D
+        RGB(A) image is read as H&E, through its hematoxylin density (nuclei
+        bright), as :func:`ivote.detect.iterative_voting` does.
 
         Returns
         -------
@@ -607,17 +616,24 @@ class ConvRBM:
 
         Notes
         -----
-        Chosen over the least-squares fit of the image by the hidden maps (the
-        combination most correlated with the image), the single most
-        correlated map, and :meth:`reconstruct`: on synthetic nuclei all but
-        the single map detect equally well; on two images of each evaluation
-        dataset the principal component had the best mean F1 and PR area
-        (see ``docs/features.md``).
+        Chosen on ``../shared/data`` (docs/features.md): on H&E (gbm40) the
+        reconstruction with the 2-pixel blur detected best of the principal
+        component, the reconstruction without blur, a blob-weighted sum of the
+        hidden maps and the least-squares fit, with filters about half the
+        voting radius (:class:`ivote.features.NucleusFeatures`).
         """
         xp = self.xp
+        if source not in ("reconstruction", "principal_component"):
+            raise ValueError(f"source must be 'reconstruction' or 'principal_component'; got {source!r}")
+        blur = check_positive(blur, "blur", allow_zero=True)
         if self.ndim == 2 and getattr(image, "ndim", 0) == 3 and image.shape[-1] in (3, 4):
             image = as_grayscale(image, rgb=True)  # H&E: hematoxylin density, nuclei bright
         image = to_device(self._check(image), xp)
+        if source == "reconstruction":
+            signal = self.reconstruct(image).astype(np.float64)
+            if blur > 0:
+                signal = ndimage_module(xp).gaussian_filter(signal, blur, mode="nearest")
+            return _standardise(signal, xp, self.dtype)[0]
         features = self.transform(image).reshape(self.n_filters, -1).astype(np.float64)
         features -= features.mean(axis=1, keepdims=True)
         _, vectors = xp.linalg.eigh(features @ features.T)

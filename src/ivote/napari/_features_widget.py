@@ -16,8 +16,10 @@ class FeaturesWidget(DockWidget):
     def __init__(self, napari_viewer):
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to learn filters from.")
-        self.filters = SpinBox(label="filters", min=1, max=256, value=16, tooltip="Number of learned filters.")
-        self.size = SpinBox(label="filter size (px)", min=1, max=31, value=9, tooltip="Filter width in pixels.")
+        self.filters = SpinBox(label="filters", min=1, max=256, value=8,
+                               tooltip="Number of learned filters (8: more did not detect better).")
+        self.size = SpinBox(label="filter size (px)", min=1, max=31, value=9, tooltip="Filter width in pixels: about half the detection radius (the default "
+                                "9 suits a radius of 18 px; docs/features.md).")
         self.stride = ComboBox(label="stride", choices=[1, 2, 4], value=1,
                                tooltip="Pooling stride of the RBM (larger is faster and coarser).")
         self.epochs = SpinBox(label="epochs", min=1, max=1000, value=10, tooltip="Passes of training.")
