@@ -582,6 +582,12 @@ class ConvRBM:
     @gpu_memory_guard("ConvRBM")
     def reconstruct(self, image: ArrayLike | Array) -> Array:
         """Mean of the visible units given the hidden expectations, in the image's units."""
+        standardised, (mean, std) = self._reconstruct_standardised(image)
+        return standardised * std + mean
+
+    def _reconstruct_standardised(self, image):
+        """The reconstruction in the standardised units the model works in, and the
+        (mean, std) that bring it back to the image's units."""
         xp = self.xp
         hidden, geometry, (mean, std) = self._hidden_maps(image)
         padded = xp.zeros((self.n_filters,) + geometry.fft_shape, dtype=self.dtype)
@@ -589,7 +595,7 @@ class ConvRBM:
         hidden_spec = rfftn(padded, geometry.fft_shape, xp)
         visible = self._visible(hidden_spec, self._filter_spectra(geometry), geometry)
         visible = visible[(slice(None),) + tuple(slice(0, b) for b in geometry.blocks)]
-        return self._pixels(visible, geometry) * std + mean
+        return self._pixels(visible, geometry), (mean, std)
 
     @gpu_memory_guard("ConvRBM")
     def detection_input(self, image: ArrayLike | Array, *, source: str = "reconstruction",
@@ -630,7 +636,9 @@ class ConvRBM:
             image = as_grayscale(image, rgb=True)  # H&E: hematoxylin density, nuclei bright
         image = to_device(self._check(image), xp)
         if source == "reconstruction":
-            signal = self.reconstruct(image).astype(np.float64)
+            # standardised units: the map is standardised at the end anyway (blur and
+            # standardising are affine-invariant), and huge or tiny inputs cannot overflow
+            signal = self._reconstruct_standardised(image)[0].astype(np.float64)
             if blur > 0:
                 signal = ndimage_module(xp).gaussian_filter(signal, blur, mode="nearest")
             return _standardise(signal, xp, self.dtype)[0]
