@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_detect import DEFAULT_DATA, oracle_match  # noqa: E402
 
 from ivote.detect import auto_threshold, otsu_threshold, reference_threshold  # noqa: E402
-from ivote.detect._voting import _auto_contrast_floor  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 MIN_CONTRAST = 3.0
@@ -72,7 +71,7 @@ def _auto_before(scores, contrasts):
     otsu = otsu_threshold(scores)
     upper = scores[(contrasts >= MIN_CONTRAST) & (scores >= otsu)]
     value = min(otsu, 0.3 * float(np.median(upper))) if len(upper) else otsu
-    return value, _auto_contrast_floor(contrasts, MIN_CONTRAST)
+    return value, auto_threshold(scores, contrasts, MIN_CONTRAST)[1]  # the floor is unchanged
 
 
 def _texture_any_split(scores, contrasts):

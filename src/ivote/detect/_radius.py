@@ -55,16 +55,23 @@ def typical_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polarit
     For a disc, the equivalent radius sqrt(area / pi); for a ball, the radius.
     Parameters as :func:`estimate_radius`.
     """
+    signal, spacing, sign, xp = _grey_signal(image, spacing, polarity, channel, backend)
+    return _signal_typical_radius(signal, spacing, sign, min_radius, max_radius, xp)
+
+
+def _grey_signal(image, spacing, polarity, channel, backend):
+    """(signal, spacing, sign, xp): the checked grey 2D/3D signal of ``image`` on its backend
+    (RGB: the hematoxylin density, nuclei bright), its spacing, and the sign that makes nuclei
+    bright (-1 for ``polarity='dark'``)."""
     xp = select_xp(backend, image)
     image = check_image(image, allow_rgb=True)
     image = to_device(image, xp) if get_array_module(image) is not xp else image
     signal, from_rgb = spatial_signal(image, channel, xp)
-    ndim = signal.ndim
-    spacing = check_spacing(spacing, ndim)
+    spacing = check_spacing(spacing, signal.ndim)
     if polarity not in ("bright", "dark"):
         raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
     sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
-    return _signal_typical_radius(signal, spacing, sign, min_radius, max_radius, xp)
+    return signal, spacing, sign, xp
 
 
 def _signal_typical_radius(signal, spacing, sign, min_radius, max_radius, xp) -> float:
@@ -94,7 +101,7 @@ def _signal_blobs(signal, spacing, sign, min_radius, max_radius, xp):
     if not highest > lowest:
         raise ValueError("image is constant: no nucleus size can be estimated from it")
     scaled = (scaled - lowest) * np.float32(sign / (highest - lowest))
-    strengths, blob_radii, _, curvatures = _scale_space_blobs(scaled, radii, spacing, xp)
+    strengths, blob_radii, curvatures = _scale_space_blobs(scaled, radii, spacing, xp)
     if len(strengths) == 0:
         raise ValueError("no blob found in the image: no nucleus size can be estimated from it")
     return strengths, blob_radii, _semi_axes(blob_radii, curvatures)
@@ -163,14 +170,7 @@ def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polari
     >>> bool(abs(estimate / (1.5 * median_radius) - 1) < 0.2)
     True
     """
-    xp = select_xp(backend, image)
-    image = check_image(image, allow_rgb=True)
-    image = to_device(image, xp) if get_array_module(image) is not xp else image
-    signal, from_rgb = spatial_signal(image, channel, xp)
-    spacing = check_spacing(spacing, signal.ndim)
-    if polarity not in ("bright", "dark"):
-        raise ValueError(f"polarity must be 'bright' or 'dark'; got {polarity!r}")
-    sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
+    signal, spacing, sign, xp = _grey_signal(image, spacing, polarity, channel, backend)
     return _signal_voting_radius(signal, spacing, sign, min_radius, max_radius, xp)
 
 
@@ -232,15 +232,15 @@ def _scale_responses(image, sigmas, spacing, ndimage):
 
 
 def _scale_space_blobs(image, radii, spacing, xp):
-    """(strengths, radii, positions) of the positive local maxima of the normalised
-    LoG over space and scale (3 x ... x 3 in each scale's grid, the neighbouring
-    scales sampled at the same place), host arrays, positions in physical units;
-    the first and last scale only bound."""
+    """(strengths, radii, Hessian eigenvalues descending) of the positive local maxima
+    of the normalised LoG over space and scale (3 x ... x 3 in each scale's grid, the
+    neighbouring scales sampled at the same place), host arrays; the first and last
+    scale only bound."""
     ndimage = ndimage_module(xp)
     ndim = image.ndim
     responses = _scale_responses(image, [r / math.sqrt(ndim) for r in radii], spacing, ndimage)
     largest = [ndimage.maximum_filter(r, size=3, mode="nearest") for r, _, _ in responses]
-    strengths, steps, positions, curvatures = [], [], [], []
+    strengths, steps, curvatures = [], [], []
     for k in range(1, len(responses) - 1):
         response, factors, hessian = responses[k]
         peaks = (response == largest[k]) & (response > 0)
@@ -267,16 +267,15 @@ def _scale_space_blobs(image, radii, spacing, xp):
         keep = to_host(keep)
         strengths.append(to_host(centre).astype(np.float64)[keep])
         steps.append((k + to_host(offset).astype(np.float64))[keep])
-        positions.append(np.stack([to_host(w)[keep] * f * s for w, f, s in zip(where, factors, spacing)], axis=1))
         matrix = np.empty((int(keep.sum()), ndim, ndim))
         for (i, j), term in hessian.items():
             matrix[:, i, j] = matrix[:, j, i] = to_host(term[where])[keep]
         curvatures.append(np.linalg.eigvalsh(matrix)[:, ::-1])
     if not strengths:
-        return np.zeros(0), np.zeros(0), np.zeros((0, ndim)), np.zeros((0, ndim))
+        return np.zeros(0), np.zeros(0), np.zeros((0, ndim))
     steps = np.concatenate(steps)
     blob_radii = radii[0] * (radii[1] / radii[0]) ** steps
-    return np.concatenate(strengths), blob_radii, np.concatenate(positions), np.concatenate(curvatures)
+    return np.concatenate(strengths), blob_radii, np.concatenate(curvatures)
 
 
 def _semi_axes(blob_radii, curvatures):

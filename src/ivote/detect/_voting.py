@@ -205,9 +205,9 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     """
     scores = np.asarray(scores, dtype=np.float64)
     contrasts = np.asarray(contrasts, dtype=np.float64)
-    floor = _auto_contrast_floor(contrasts, min_contrast)
-    value = otsu_threshold(scores)
     measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
+    floor = _auto_contrast_floor(measurable, min_contrast)
+    value = otsu_threshold(scores)
     textured = floor > min_contrast and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE
     upper = scores[(contrasts >= (floor if textured else min_contrast)) & (scores >= value)]
     if len(upper) and textured:  # a fraction of the typical nucleus's score
@@ -217,10 +217,10 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     return value, floor
 
 
-def _auto_contrast_floor(contrasts, min_contrast) -> float:
-    """:func:`auto_threshold`'s contrast floor: Otsu's split of the log contrasts when it is clear."""
+def _auto_contrast_floor(measurable, min_contrast) -> float:
+    """:func:`auto_threshold`'s contrast floor: Otsu's split of the log contrasts when it is clear
+    (``measurable``: the finite, positive contrasts)."""
     floor = float(min_contrast)
-    measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
     if min_contrast > 0 and len(measurable) >= _AUTO_MIN_SPLIT_MAXIMA:
         logs = np.log(measurable)
         first, last = logs.min(), logs.max()
