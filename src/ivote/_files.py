@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from ._typing import ArrayLike
+from ._units import to_micrometres
 
 __all__ = [
     "AxesError",
@@ -51,37 +52,8 @@ PLAIN_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 VENDOR_SUFFIXES = (".czi", ".nd2", ".lif")
 _MIN_PLAIN_PLANES = 4  # a plain stack of more planes than this (and no metadata) is read as Z
 
-# length units -> micrometres (OME's UnitsLength symbols and names, ImageJ's spellings)
-_UM_PER_UNIT = {
-    "um": 1.0, "µm": 1.0, "μm": 1.0, "\\u00b5m": 1.0, "micron": 1.0, "microns": 1.0,
-    "micrometer": 1.0, "micrometre": 1.0, "micrometers": 1.0,
-    "nm": 1e-3, "nanometer": 1e-3, "nanometre": 1e-3,
-    "pm": 1e-6, "picometer": 1e-6,
-    "å": 1e-4, "angstrom": 1e-4, "ångström": 1e-4,
-    "mm": 1e3, "millimeter": 1e3, "millimetre": 1e3,
-    "cm": 1e4, "centimeter": 1e4, "centimetre": 1e4,
-    "m": 1e6, "meter": 1e6, "metre": 1e6,
-}
-
-
 class AxesError(ValueError):
     """The file does not say what its axes are (or which channel holds the nuclei)."""
-
-
-def to_micrometres(value, unit) -> float | None:
-    """``value`` in ``unit`` as micrometres; None for no value, pixels or an unknown unit.
-
-    >>> to_micrometres(250, "nm"), to_micrometres(0.5, "micron"), to_micrometres(1, "pixel")
-    (0.25, 0.5, None)
-    """
-    if value is None:
-        return None
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        return None
-    key = "um" if unit is None else str(unit).strip().lower()
-    factor = _UM_PER_UNIT.get(key)
-    return None if factor is None else value * factor
 
 
 @dataclass(frozen=True)

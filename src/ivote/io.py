@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ._atomic import Terminated, write_atomic  # noqa: F401 (both public here, written in _atomic)
+from ._units import unit_symbol
 from .errors import InputFileError, IvoteError
 
 __all__ = [
@@ -123,14 +124,6 @@ class PointsTable:
         scale = np.asarray(self.spacing if self.spacing else (1.0,) * self.points.shape[1])
         shift = np.asarray(self.translate if self.translate else (0.0,) * self.points.shape[1])
         return self.points * scale + shift
-
-
-def _unit_suffix(units: str | None) -> str:
-    if not units:
-        return "world"
-    if units in ("pixel", "px"):
-        return "px"
-    return {"micrometer": "um", "µm": "um", "micron": "um", "nanometer": "nm", "millimeter": "mm"}.get(units, units)
 
 
 def write_points_csv(path, points, scores=None, *, spacing=None, translate=None, units: str | None = "um",
@@ -244,7 +237,7 @@ def _points_columns(points, scores, spacing, translate, units, times):
                              f"({int(bad.sum())} row(s) with {'NaN or ' if name == 'points' else ''}infinite values)")
     if spacing is None and translate is None:
         units = "pixel"
-    suffix = _unit_suffix(units)
+    suffix = unit_symbol(units) or "world"
     world = points * np.asarray(spacing or (1.0,) * ndim) + np.asarray(translate or (0.0,) * ndim)
     header = axes + ["score"] + [f"{a}_{suffix}" for a in axes]
     columns = [points[:, i] for i in range(ndim)] + [scores] + [world[:, i] for i in range(ndim)]

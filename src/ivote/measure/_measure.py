@@ -21,19 +21,12 @@ import numpy as np
 from .._backend import to_host
 from .._typing import Array, ArrayLike, Spacing
 from .._validate import check_spacing
+from .._units import unit_symbol
 from ..io import write_atomic
 
 __all__ = ["measure_nuclei", "write_table_csv"]
 
 _AXES = "zyx"
-_UNIT_SUFFIX = {None: "px", "pixel": "px", "px": "px", "µm": "um", "micrometer": "um", "micron": "um",
-                "nanometer": "nm", "millimeter": "mm"}
-
-
-def _suffix(units: str | None) -> str:
-    return _UNIT_SUFFIX.get(units, units) if units is not None else "px"
-
-
 def _check_labels(labels) -> np.ndarray:
     labels = np.asarray(to_host(labels))
     if labels.ndim not in (2, 3):
@@ -176,7 +169,7 @@ def measure_nuclei(
     translate = tuple(float(t) for t in translate)
     if len(translate) != ndim or not all(math.isfinite(t) for t in translate):
         raise ValueError(f"translate must have {ndim} finite values for a {ndim}D image; got {translate}")
-    unit = _suffix(units)
+    unit = unit_symbol(units) or "px"
     axes = _AXES[-ndim:]
 
     properties = ["label", "num_pixels", "area", "centroid", "equivalent_diameter_area",
