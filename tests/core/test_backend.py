@@ -87,3 +87,19 @@ def test_free_gpu_memory_runs_the_release_hooks(monkeypatch):
     _cuda._graphs_seen["key"] = True
     _backend.free_gpu_memory()
     assert calls == [1] and not _cuda._graphs_seen
+
+
+def test_free_gpu_memory_drops_memoized_tables():
+    """The detector's memoized tables and the ConvRBM's twiddle matrices are
+    dropped too (on a GPU they are device arrays), and rebuilt on demand."""
+    from ivote.detect import _cuda
+    from ivote.features import _spectral
+
+    first = _spectral._twiddles((0, 1, 2), 8, 5, -1, np.complex128, np)
+    assert _spectral._twiddle_cache
+    with _cuda._cache_lock:
+        _cuda._cache["key"] = (np.zeros(3), 24)
+    _cuda._taps["key"] = np.ones(1)
+    _backend.free_gpu_memory()
+    assert not _spectral._twiddle_cache and not _cuda._cache and not _cuda._taps
+    np.testing.assert_array_equal(_spectral._twiddles((0, 1, 2), 8, 5, -1, np.complex128, np), first)

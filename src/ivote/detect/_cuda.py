@@ -892,6 +892,15 @@ def _graphed(key, plan: VotingPlan, xp):
 
 
 @on_free_gpu_memory
+def release_tables() -> None:
+    """Drop the memoized cone tables, disc offsets, bump rings, noise grids and taps
+    (rebuilt at the next detection; a captured graph keeps its own references)."""
+    with _cache_lock:
+        _cache.clear()
+    _taps.clear()
+
+
+@on_free_gpu_memory
 def release_graphs() -> None:
     """Drop the captured detections and the GPU buffers they hold."""
     with _graphs_lock:

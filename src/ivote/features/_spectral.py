@@ -19,7 +19,7 @@ import itertools
 import math
 import threading
 
-from .._backend import fft_module, use_numba
+from .._backend import fft_module, on_free_gpu_memory, use_numba
 from ._space_to_depth import fft_size, fft_size_candidates
 
 __all__ = [
@@ -61,6 +61,12 @@ def irfftn(x, shape, xp, *, overwrite=False, normalise=True):
 
 
 _twiddle_cache: dict = {}
+
+
+@on_free_gpu_memory
+def _release_twiddles() -> None:
+    """Drop the cached twiddle matrices (device copies among them)."""
+    _twiddle_cache.clear()
 
 
 def _twiddles(positions, length, n_freq, sign, dtype, xp, *, weights=None, transpose=False):
