@@ -104,6 +104,27 @@ def test_fft_shape_is_timed_among_candidates():
     assert fastest_fft_shape((132, 66, 132), 8, np.float32, cp) == shape  # memoized
 
 
+def test_fft_shape_is_not_memoized_when_every_trial_fails(monkeypatch):
+    """A GPU full at the first call gets the smallest shape, and the timing is
+    tried again at the next call instead of remembering that fallback."""
+    from ivote.features import _spectral
+    from ivote.features._space_to_depth import fft_size
+
+    cp = _backend.default_xp()
+
+    def out_of_memory(*args, **kwargs):
+        raise cp.cuda.memory.OutOfMemoryError(1 << 40, 0)
+
+    minimum = (132, 66, 132)
+    monkeypatch.setattr(_spectral, "rfftn", out_of_memory)
+    assert _spectral.fastest_fft_shape(minimum, 3, np.float32, cp) == tuple(fft_size(n) for n in minimum)
+    key = (minimum, 3, "float32", cp.cuda.Device().id)
+    assert key not in _spectral._tuned
+    monkeypatch.undo()
+    _spectral.fastest_fft_shape(minimum, 3, np.float32, cp)
+    assert key in _spectral._tuned
+
+
 def test_noisy_relu_vector_and_scalar_paths_agree():
     from ivote.features._spectral import noisy_relu
 

@@ -197,7 +197,8 @@ def fastest_fft_shape(minimum_shape, batch: int, dtype, xp) -> tuple[int, ...]:
                 best, best_time = shape, seconds
         xp.fft.config.get_plan_cache().clear()  # trial plans hold GPU work areas
         xp.get_default_memory_pool().free_all_blocks()
-        _tuned[key] = best
+        if best_time < float("inf"):  # every trial failed (out of memory): try again next time
+            _tuned[key] = best
     return best
 
 
