@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from typing import Any
 
@@ -103,8 +103,9 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
     frames : (T, Y, X), (T, Z, Y, X) or (T, Y, X, 3|4) array
         NumPy, CuPy or Dask array (a Dask array is read one frame at a time),
         or a sequence of frames.
-    radius : float
-        As :func:`ivote.iterative_voting`, the same for every frame.
+    radius : float or 'auto'
+        As :func:`ivote.iterative_voting`, the same for every frame; ``'auto'``
+        is estimated once, from the first frame, and used for every frame.
     threshold : 'auto', 'otsu', 'none', None or float
         A number or none applies as given to every frame; ``'auto'`` (default,
         :func:`ivote.detect.auto_threshold`) and ``'otsu'`` are computed from
@@ -145,10 +146,16 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
     per_frame_threshold = "none" if pooled else threshold
     workers = _workers(workers, n_frames, backend)
 
+    estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
+    if estimated:  # one radius for the whole series, as one threshold
+        radius = iterative_voting(frames[0], radius="auto", threshold="none", backend=backend, **options).radius
+
     def detect(t, frame):
         return iterative_voting(frame, radius=radius, threshold=per_frame_threshold, backend=backend, **options)
 
     found = _map_frames(detect, frames, n_frames, workers, progress)
+    if estimated:
+        found = [replace(f, radius_estimated=True) for f in found]
     if pooled:
         value, floor = pooled_threshold(threshold, found)
         found = [f.with_threshold(value, floor) for f in found]

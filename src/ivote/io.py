@@ -127,7 +127,7 @@ class PointsTable:
 
 
 def write_points_csv(path, points, scores=None, *, spacing=None, translate=None, units: str | None = "um",
-                     times=None, radius: float | None = None) -> Path:
+                     times=None, radius: float | None = None, radius_estimated: bool = False) -> Path:
     """Write points (pixel coordinates) and their scores to CSV, atomically.
 
     The columns are the same for every table of one dimensionality: ``t`` (the
@@ -154,6 +154,9 @@ def write_points_csv(path, points, scores=None, *, spacing=None, translate=None,
     radius : float, optional
         The detection radius (physical units), kept in a ``# radius`` line so
         a viewer can draw the points at the nuclei's size.
+    radius_estimated : bool
+        The radius was estimated from the image (``radius="auto"``): a
+        ``# radius_estimated: true`` line says so.
 
     Examples
     --------
@@ -163,9 +166,8 @@ def write_points_csv(path, points, scores=None, *, spacing=None, translate=None,
     >>> open(path).read().splitlines()[-2:]
     ['y,x,score,y_um,x_um', '1.5,2.0,0.9,0.75,1.0']
     """
-    header, columns, meta = _points_columns(points, scores, spacing, translate, units, times)
-    if radius is not None:
-        meta["radius"] = (float(radius),)
+    header, columns, meta = _points_columns(points, scores, spacing, translate, units, times, radius,
+                                            radius_estimated)
     n_rows = len(columns[0])
     is_time = header[0] == "t"
 
@@ -188,9 +190,9 @@ def write_points_csv(path, points, scores=None, *, spacing=None, translate=None,
 
 
 def write_points_parquet(path, points, scores=None, *, spacing=None, translate=None, units: str | None = "um",
-                         times=None) -> Path:
+                         times=None, radius: float | None = None, radius_estimated: bool = False) -> Path:
     """:func:`write_points_csv`'s table as Parquet (needs ``pyarrow``); the scale,
-    translate and unit are in the file's key-value metadata."""
+    translate, unit and radius are in the file's key-value metadata."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -198,7 +200,8 @@ def write_points_parquet(path, points, scores=None, *, spacing=None, translate=N
         raise ImportError("Parquet output needs pyarrow: pip install pyarrow (or write .csv)") from None
     import json
 
-    header, columns, meta = _points_columns(points, scores, spacing, translate, units, times)
+    header, columns, meta = _points_columns(points, scores, spacing, translate, units, times, radius,
+                                            radius_estimated)
     table = pa.table({h: (np.asarray(c, np.int64) if h == "t" else np.asarray(c, np.float64))
                       for h, c in zip(header, columns)})
     table = table.replace_schema_metadata({"ivote": json.dumps({k: v if isinstance(v, str) else list(v)
@@ -206,7 +209,7 @@ def write_points_parquet(path, points, scores=None, *, spacing=None, translate=N
     return write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
-def _points_columns(points, scores, spacing, translate, units, times):
+def _points_columns(points, scores, spacing, translate, units, times, radius=None, radius_estimated=False):
     """Header, columns and ``#`` metadata of a points table (see :func:`write_points_csv`)."""
     points = np.asarray(points, dtype=np.float64)
     if points.size == 0:
@@ -254,6 +257,10 @@ def _points_columns(points, scores, spacing, translate, units, times):
         meta["translate"] = translate
     if units:
         meta["units"] = units
+    if radius is not None:
+        meta["radius"] = (float(radius),)
+        if radius_estimated:
+            meta["radius_estimated"] = "true"
     return header, columns, meta
 
 

@@ -163,6 +163,12 @@ def test_cli_radius_auto_prints_the_estimate(tmp_path, capsys):
     printed = capsys.readouterr().out
     expected = estimate_radius(sample.image, backend="numpy")
     assert f"radius {expected:.4g} px (auto)" in printed
+    lines = out.read_text().splitlines()  # stored with the points, where napari's reader finds it
+    assert f"# radius: {expected!r}" in lines and "# radius_estimated: true" in lines
+    given = tmp_path / "given.csv"
+    assert main(["detect", str(path), "--radius", "7.5", "--backend", "numpy", "--out", str(given)]) == 0
+    lines = given.read_text().splitlines()
+    assert "# radius: 7.5" in lines and not any(line.startswith("# radius_estimated") for line in lines)
     with pytest.raises(SystemExit) as info:  # argparse's one-line usage error
         main(["detect", str(path), "--radius", "six", "--out", str(tmp_path / "x.csv")])
     assert info.value.code == 2

@@ -56,6 +56,18 @@ def test_detect_frames_uses_one_threshold_for_every_frame(movie):
         detect_frames(stack, radius=RADIUS, workers=0)
 
 
+def test_detect_frames_estimates_one_radius_for_every_frame(movie):
+    """radius='auto' on a time-lapse: estimated once (on the first frame), used for every frame,
+    so the points are those of the detection with that number."""
+    stack, _ = movie
+    first = iterative_voting(stack[0], radius="auto", spacing=SPACING, threshold="none", backend="numpy")
+    found = detect_frames(stack, radius="auto", spacing=SPACING, backend="numpy", workers=1)
+    assert {f.radius for f in found.frames} == {first.radius} and all(f.radius_estimated for f in found.frames)
+    fixed = detect_frames(stack, radius=first.radius, spacing=SPACING, backend="numpy", workers=1)
+    np.testing.assert_array_equal(found.points, fixed.points)
+    assert not any(f.radius_estimated for f in fixed.frames)
+
+
 def test_detect_frames_reads_a_dask_array_one_frame_at_a_time(tmp_path, movie):
     stack, _ = movie
     path = tmp_path / "movie.ome.tif"

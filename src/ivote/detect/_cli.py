@@ -114,7 +114,8 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
                 image, iter_callback=lambda index, total: task.update(index + 1, total), **options)
         points, times, n_maxima, where = result.points, None, len(result.candidates), ""
     seconds = time.perf_counter() - start
-    out = _write_points(out, _output_format(out, settings["format"]), points, result.scores, spacing, times)
+    out = _write_points(out, _output_format(out, settings["format"]), points, result.scores, spacing, times,
+                        first)
     units = "um" if spacing is not None else "px"
     scene_note = f"scene {found.scene}: " if len(found.scenes) > 1 else ""
     line = (f"{scene_note}{len(points)} nuclei (of {n_maxima} maxima, threshold {result.threshold:.4g}) "
@@ -156,7 +157,8 @@ def _detect_chunked_file(args, scene, out, settings) -> str:
         result = detect_chunked(image.data, radius, spacing=spacing, chunks=chunks_option(args),
                                 memory_limit=args.memory_limit, progress=task.update, **options)
     seconds = time.perf_counter() - start
-    out = _write_points(out, _output_format(out, settings["format"]), result.points, result.scores, spacing, None)
+    out = _write_points(out, _output_format(out, settings["format"]), result.points, result.scores, spacing, None,
+                        result)
     units = "um" if spacing is not None else "px"
     voxels = "x".join(map(str, image.shape))
     return (f"{len(result.points)} nuclei (of {len(result.candidates)} maxima, threshold {result.threshold:.4g}) "
@@ -242,11 +244,13 @@ def _output_format(out, given) -> str:
     return given or ("parquet" if suffix == "parquet" else "csv")
 
 
-def _write_points(out, out_format, points, scores, spacing, times):
+def _write_points(out, out_format, points, scores, spacing, times, found):
+    """Write the table, with the radius used (``found.radius``, and whether it was estimated)."""
     from ..io import write_points_csv, write_points_parquet
 
     write = write_points_parquet if out_format == "parquet" else write_points_csv
-    return write(out, points, scores, spacing=spacing, units="um" if spacing else None, times=times)
+    return write(out, points, scores, spacing=spacing, units="um" if spacing else None, times=times,
+                 radius=found.radius, radius_estimated=found.radius_estimated)
 
 
 def register(subparsers) -> None:

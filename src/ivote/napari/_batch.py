@@ -54,7 +54,8 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
                 iter_callback=(lambda i, n: check(index, len(images))) if check is not None else None,
                 **({"blur": settings["blur"]} if settings.get("blur") else {}))
             output = write_points_csv(out_dir / f"{path.stem}_nuclei.csv", found.points, found.scores,
-                                      spacing=spacing, units=unit_name(settings.get("unit")) if spacing else None)
+                                      spacing=spacing, units=unit_name(settings.get("unit")) if spacing else None,
+                                      radius=found.radius, radius_estimated=found.radius_estimated)
             row.update(nuclei=len(found.points), output=output.name)
         except (ValueError, OSError, MemoryError) as exc:
             row["error"] = str(exc)
