@@ -7,6 +7,7 @@ from magicgui.widgets import CheckBox, ComboBox, Container, FloatSlider, FloatSp
 from napari.layers import Image
 
 from ._batch import BatchPanel
+from ._detect_estimate import EstimatePanel
 from ._detect_volume import VolumePanel
 from ._widgets_common import DockWidget, Status, layer_choices
 
@@ -21,6 +22,7 @@ class DetectForm(DockWidget):
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to search (2D, 3D, or 2D RGB such as H&E).")
         self.radius = FloatSlider(label="radius (px)", min=1.0, max=100.0, value=8.0, step=0.1, tooltip=_RADIUS_TIP)
+        self.estimate = EstimatePanel(self)
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter (fluorescence) or darker (brightfield) than the "
                                          "background. RGB images: the haematoxylin stain is used, always.")
@@ -49,7 +51,7 @@ class DetectForm(DockWidget):
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
         more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
         self.batch.visible = False
-        super().__init__(napari_viewer, [self.image, self.radius, self.polarity, self.blur, self.threshold,
+        super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
                                          self.auto_threshold, self.live, buttons, self.volume, more, self.status,
                                          self.batch])
 

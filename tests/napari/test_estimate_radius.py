@@ -1,0 +1,151 @@
+"""The Detect dock's "Estimate" button (the core's radius='auto' on the selected image) and the dock's scratch
+layers leaving with it, in a real viewer (pytest-qt, Xvfb)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+napari = pytest.importorskip("napari")
+pytest.importorskip("pytestqt")
+
+import ivote.detect  # noqa: E402
+from ivote.data import synthetic_nuclei  # noqa: E402
+from ivote.detect._colour import _RUIFROK_HE  # noqa: E402
+
+pytestmark = [pytest.mark.napari, pytest.mark.usefixtures("numpy_backend")]
+TIMEOUT_MS = 60_000
+
+
+def _settled(qtbot, widget):
+    qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
+    qtbot.wait(20)  # queued main-thread hand-backs
+
+
+def _estimated(qtbot, widget):
+    widget.estimate.button.native.click()
+    assert widget.estimate.button.text == "Cancel estimate"  # busy: the button turns into its cancel
+    qtbot.waitUntil(lambda: widget.estimate.button.text == "Estimate", timeout=TIMEOUT_MS)
+    _settled(qtbot, widget)
+
+
+def _he(image, seed=0):
+    """An H&E-like RGB tile (Beer-Lambert, Ruifrok's vectors): hematoxylin where ``image`` is bright."""
+    nuclei = (image - image.min()) / np.ptp(image)
+    rng = np.random.default_rng(seed)
+    amounts = np.stack([1.2 * nuclei * rng.uniform(0.8, 1.2, nuclei.shape) + 0.02,
+                        0.5 * (1 - nuclei) * rng.uniform(0.6, 1.0, nuclei.shape) + 0.02], axis=-1)
+    return np.round(255 * np.exp(-amounts @ _RUIFROK_HE)).astype(np.uint8)
+
+
+def test_estimate_sets_the_slider_to_the_radius_in_physical_units_previews_it_and_stores_it(
+        make_napari_viewer, detect_widget, qtbot):
+    sample = synthetic_nuclei((160, 160), spacing=(0.4, 0.4), radius=5.0, noise=0.05, seed=11)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, translate=(3.0, -2.0), units=("um", "um"))
+    widget = detect_widget(viewer, live=True)
+    _settled(qtbot, widget)
+    _estimated(qtbot, widget)
+
+    core = ivote.detect.estimate_radius(sample.image, spacing=sample.spacing, backend="numpy")
+    assert widget.radius.value == pytest.approx(core)  # the core's estimate, in µm (pixels would be 2.5 x larger)
+    assert abs(widget.radius.value / sample.radius - 1) < 0.2  # the largest radius of the nuclei made
+    assert widget.estimate.result_label.value == f"estimated {core:.3g} µm"
+    # the live preview follows, as after a drag of the slider
+    qtbot.waitUntil(lambda: "nuclei (preview): cells" in viewer.layers and viewer.layers[
+        "nuclei (preview): cells"].metadata["radius"] == pytest.approx(core), timeout=TIMEOUT_MS)
+    _settled(qtbot, widget)
+
+    widget.run()
+    _settled(qtbot, widget)
+    metadata = viewer.layers["nuclei: cells"].metadata
+    assert metadata["radius"] == pytest.approx(core) and metadata["radius_estimate"] == pytest.approx(core)
+    assert metadata["radius_estimated"] is True
+    widget.radius.value = 0.8 * core  # the user's own radius: the estimate is kept, but it is not the one used
+    widget.run()
+    _settled(qtbot, widget)
+    metadata = viewer.layers["nuclei: cells"].metadata
+    assert metadata["radius_estimated"] is False and metadata["radius_estimate"] == pytest.approx(core)
+
+
+@pytest.mark.parametrize("kind", ["anisotropic 3D", "H&E RGB"])
+def test_estimate_reads_volumes_and_he_as_detection_does(make_napari_viewer, detect_widget, qtbot, kind):
+    if kind == "H&E RGB":
+        sample = synthetic_nuclei((160, 160), spacing=(0.4, 0.4), radius=5.0, noise=0.05, seed=11)
+        image = _he(sample.image)
+    else:
+        sample = synthetic_nuclei((16, 64, 64), spacing=(2.0, 0.5, 0.5), radius=5.0, noise=0.05, seed=3)
+        image = sample.image
+    viewer = make_napari_viewer()
+    viewer.add_image(image, name="cells", scale=sample.spacing, units=("um",) * len(sample.spacing),
+                     rgb=image.ndim == 3 and image.shape[-1] == 3)
+    widget = detect_widget(viewer)
+    _estimated(qtbot, widget)
+    core = ivote.detect.estimate_radius(image, spacing=sample.spacing, backend="numpy")
+    assert widget.radius.value == pytest.approx(core)
+    assert abs(widget.radius.value / sample.radius - 1) < 0.2
+
+
+def test_an_estimate_outside_the_slider_extends_its_range(make_napari_viewer, detect_widget, qtbot, monkeypatch):
+    sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    widget = detect_widget(viewer)
+    assert widget.radius.max == pytest.approx(12.0)  # a quarter of the 48 µm tile
+    monkeypatch.setattr(ivote.detect, "estimate_radius", lambda image, **kwargs: 15.0)  # the core takes up to 24
+    _estimated(qtbot, widget)
+    assert widget.radius.max == widget.radius.value == 15.0 and "extended" in widget.status.value
+
+
+def test_removing_the_layer_during_an_estimate_changes_nothing_and_errors_are_notifications(
+        make_napari_viewer, detect_widget, qtbot, monkeypatch):
+    from ivote.napari import _runner
+
+    sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    widget = detect_widget(viewer)
+    real = ivote.detect.estimate_radius
+    monkeypatch.setattr(ivote.detect, "estimate_radius", lambda image, **kwargs: (time.sleep(0.5), real(image, **kwargs))[1])
+    before = widget.radius.value
+    widget.estimate.button.native.click()
+    viewer.layers.remove("cells")
+    _settled(qtbot, widget)
+    assert len(viewer.layers) == 0 and widget.radius.value == before and "removed" in widget.status.value
+    assert widget.estimate.button.text == "Estimate" and widget.estimate.result_label.value == ""
+
+    # pressed twice: cancelled, nothing set
+    viewer.add_image(sample.image, name="again", scale=sample.spacing, units=("um", "um"))
+    widget.estimate.button.native.click()
+    widget.estimate.button.native.click()
+    _settled(qtbot, widget)
+    assert widget.radius.value == pytest.approx(before) and widget.estimate.button.text == "Estimate"
+
+    errors = []
+    monkeypatch.setattr(_runner, "show_error", errors.append)
+    widget.image.value = viewer.add_image(np.zeros((64, 64)), name="blank", scale=(0.5, 0.5))
+    _estimated(qtbot, widget)  # the core refuses a constant image: a notification, the status in red, no crash
+    assert errors and "constant" in errors[0] and "constant" in widget.status.value
+    viewer.layers["blank"].data = sample.image[:64, :64]
+    _estimated(qtbot, widget)  # and the button still works
+    assert widget.estimate.result_label.value.startswith("estimated")
+
+
+def test_closing_the_dock_mid_run_removes_its_preview_layer(make_napari_viewer, detect_widget, qtbot, slow_detector):
+    sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    widget = detect_widget(viewer, live=True)
+    qtbot.waitUntil(lambda: "nuclei (preview): cells" in viewer.layers, timeout=TIMEOUT_MS)
+    _settled(qtbot, widget)
+    widget.radius.value = 0.9 * widget.radius.value  # a preview scheduled ...
+    widget.preview()  # ... one in flight ...
+    widget.run()  # ... and the Run
+    count = len(slow_detector)
+    qtbot.waitUntil(lambda: len(slow_detector) > count, timeout=TIMEOUT_MS)
+    viewer.window.remove_dock_widget(widget.native)
+    _settled(qtbot, widget)
+    qtbot.wait(2 * 300)  # past the preview's debounce
+    assert [layer.name for layer in viewer.layers] == ["cells"]
