@@ -132,16 +132,16 @@ def test_an_estimate_outside_the_slider_is_clamped_or_extends_it_as_the_detector
     from ivote._validate import check_radius
 
     geometry = logic.image_geometry((200, 400), scale=(0.5, 0.5), units=("um", "um"))  # slider 0.75 to 25 µm
-    assert logic.fit_estimate(6.0, geometry) == (6.0, 25.0, "")
-    value, maximum, note = logic.fit_estimate(0.5, geometry)
+    assert logic.fit_radius(6.0, geometry) == (6.0, 25.0, "")
+    value, maximum, note = logic.fit_radius(0.5, geometry)
     assert (value, maximum) == (0.75, 25.0) and "smallest" in note
-    value, maximum, note = logic.fit_estimate(60.0, geometry)
+    value, maximum, note = logic.fit_radius(60.0, geometry)
     assert (value, maximum) == (60.0, 60.0) and "extended" in note
     assert check_radius(60.0, geometry.shape, geometry.scale) == 60.0  # the detector takes it ...
     with pytest.raises(ValueError):
         check_radius(150.0, geometry.shape, geometry.scale)  # ... not this: clamped
-    value, maximum, note = logic.fit_estimate(150.0, geometry)
-    assert (value, maximum) == (25.0, 25.0) and "maximum" in note
+    value, maximum, note = logic.fit_radius(150.0, geometry)
+    assert (value, maximum) == (25.0, 25.0) and "largest" in note
 
 
 class _ReadRecorder:

@@ -149,3 +149,51 @@ def test_closing_the_dock_mid_run_removes_its_preview_layer(make_napari_viewer, 
     _settled(qtbot, widget)
     qtbot.wait(2 * 300)  # past the preview's debounce
     assert [layer.name for layer in viewer.layers] == ["cells"]
+
+
+# -- rough edges of the other docks ------------------------------------------------------------------------------------
+def test_segment_takes_a_detection_radius_beyond_its_usual_range_and_reads_he_in_the_worker(
+        make_napari_viewer, qtbot, monkeypatch):
+    import threading
+
+    from ivote.napari._segment_widget import SegmentWidget
+
+    sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    viewer.add_image(_he(sample.image), name="cells", rgb=True, scale=sample.spacing, units=("um", "um"))
+    seeds = viewer.add_points(sample.centers, name="nuclei: cells", scale=sample.spacing,
+                              metadata={"radius": 15.0})  # an estimate past the usual 12 µm (a quarter of 48 µm)
+    widget = SegmentWidget(viewer)
+    assert widget.seeds.value is seeds and widget.radius.value == 15.0  # raised ValueError (outside 0.75..12) before
+    seeds.metadata["radius"] = sample.radius
+    widget._on_seeds_changed()
+    assert widget.radius.value == sample.radius
+
+    real, threads = ivote.detect.hematoxylin_density, []
+    monkeypatch.setattr(ivote.detect, "hematoxylin_density",
+                        lambda rgb, **kw: (threads.append(threading.current_thread()), real(rgb, **kw))[1])
+    widget.iterations.value = 20
+    widget.run()
+    _settled(qtbot, widget)
+    assert threads and threading.main_thread() not in threads  # the GUI does not wait on the colour deconvolution
+    labels = viewer.layers["labels: cells"].data
+    found = np.unique(labels[tuple(np.round(sample.centers).astype(int).T)])
+    assert (found > 0).mean() >= 0.8  # the nuclei's centres are inside labelled regions
+
+
+def test_label_and_count_measures_with_a_multiscale_intensity_layer(make_napari_viewer, qtbot):
+    from ivote.napari._components_widget import LabelCountWidget
+
+    labels = np.zeros((64, 64), np.int32)
+    labels[10:20, 10:20], labels[40:50, 30:44] = 1, 2
+    intensity = labels.astype(np.float32) * 10 + 1
+    viewer = make_napari_viewer()
+    viewer.add_image([intensity, intensity[::2, ::2]], name="cells", multiscale=True)
+    viewer.add_labels(labels, name="labels: cells")
+    widget = LabelCountWidget(viewer)
+    widget.layer.value = viewer.layers["labels: cells"]
+    assert widget.intensity.value is viewer.layers["cells"]
+    widget.run()  # measured no intensity before (the pyramid was not read as its finest level)
+    _settled(qtbot, widget)
+    features = viewer.layers["labels: cells"].features
+    assert list(features["mean_intensity"]) == pytest.approx([11.0, 21.0])  # from the finest level

@@ -81,7 +81,7 @@ class EstimatePanel(Container):
         widget = self.detect_widget
         if layer is not widget.image_layer() or geometry != widget._geometry:
             return widget.status.show("The image changed during the estimate; press Estimate again.", error=True)
-        value, maximum, note = logic.fit_estimate(estimate, geometry)
+        value, maximum, note = logic.fit_radius(estimate, geometry)
         if maximum > widget.radius.max:
             widget.radius.max = maximum
         widget.radius.value = value

@@ -28,7 +28,7 @@ __all__ = [
     "displayed_frame",
     "estimate_input",
     "estimate_layer_radius",
-    "fit_estimate",
+    "fit_radius",
     "image_geometry",
     "layer_geometry",
     "points_layer_name",
@@ -590,28 +590,27 @@ def estimate_layer_radius(data, geometry: ImageGeometry, *, polarity: str, lazy:
     return float(estimate_radius(np.asarray(data), spacing=geometry.scale, polarity=polarity, backend=backend))
 
 
-def fit_estimate(estimate: float, geometry: ImageGeometry) -> tuple[float, float, str]:
-    """Where an estimated radius goes on the Detect dock's slider: ``(value, slider maximum, note)``.
+def fit_radius(radius: float, geometry: ImageGeometry) -> tuple[float, float, str]:
+    """Where a radius not chosen on the dock (the Estimate button's, a detection's) goes on its radius control:
+    ``(value, control maximum, note)``.
 
-    Inside the slider's range (:meth:`ImageGeometry.radius_range`) as is; above it, the range is extended when the
-    detector takes it (``check_radius``: at most half the image's largest extent), else clamped; below the smallest
-    radius the detector takes, clamped to it. ``note`` says what was changed ("" when nothing).
+    Inside the control's range (:meth:`ImageGeometry.radius_range`) as is; above it, the range is extended when the
+    core takes it (``check_radius``: at most half the image's largest extent), else clamped; below the smallest
+    radius the core takes, clamped to it. ``note`` says what was changed ("" when nothing).
     """
     from .._validate import MIN_RADIUS_PIXELS, check_radius
 
     low, high, _ = geometry.radius_range()
     unit = geometry.unit
-    if estimate < low:
-        return low, high, (f"; below the smallest radius ({MIN_RADIUS_PIXELS:g} pixels, {low:.3g} {unit}): "
-                           "the slider is set to it")
-    if estimate <= high:
-        return estimate, high, ""
+    if radius < low:
+        return low, high, f"; below the smallest radius ({MIN_RADIUS_PIXELS:g} pixels, {low:.3g} {unit}): set to it"
+    if radius <= high:
+        return radius, high, ""
     try:
-        check_radius(estimate, geometry.shape, geometry.scale)
+        check_radius(radius, geometry.shape, geometry.scale)
     except ValueError:
-        return high, high, (f"; larger than the detector takes for this image: the slider is set to its "
-                            f"maximum, {high:.3g} {unit}")
-    return estimate, estimate, f"; above the slider's range ({high:.3g} {unit}): the range was extended to it"
+        return high, high, f"; larger than the detector takes for this image: set to the largest, {high:.3g} {unit}"
+    return radius, radius, f"; above the usual range (up to {high:.3g} {unit}): the range was extended to it"
 
 
 LAZY_PREVIEW_PIXELS = 1024 * 1024

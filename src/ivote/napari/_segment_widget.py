@@ -12,7 +12,7 @@ from .. import _backend
 from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
-from ._detect_logic import image_geometry
+from ._detect_logic import fit_radius, image_geometry
 from ._names import LABELS, NUCLEI, result_name
 from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
 
@@ -91,10 +91,14 @@ class SegmentWidget(DockWidget):
         self._on_seeds_changed()
 
     def _on_seeds_changed(self, *_):
-        seeds = self.seeds.value
+        seeds, geometry = self.seeds.value, self._geometry()
         radius = seeds.metadata.get("radius") if seeds is not None else None
-        if radius:  # the radius the seeds were detected with
-            self.radius.value = float(radius)
+        if radius and geometry is not None:  # the radius the seeds were detected with, beyond the usual range too
+            value, maximum, note = fit_radius(float(radius), geometry)
+            self.radius.max = max(self.radius.max, maximum)
+            self.radius.value = value
+            if note:
+                self.status.show(f"radius {float(radius):.3g} {geometry.unit} from '{seeds.name}'{note}")
 
     def run(self):
         image, points = self.image.value, self.seeds.value
@@ -108,19 +112,17 @@ class SegmentWidget(DockWidget):
             return self.status.show(f"radius must be between {low:g} and {high:g} {geometry.unit} for this image "
                                     f"(at least MIN_RADIUS_PIXELS = {MIN_RADIUS_PIXELS:g} pixels); got {radius:g}.",
                                     error=True)
-        data = np.asarray(image.data[0] if image.multiscale else image.data)
-        polarity = self.polarity.value
-        if image.rgb:
-            from ..detect import hematoxylin_density
-
-            data, polarity = hematoxylin_density(data), "bright"
+        data, rgb = image.data[0] if image.multiscale else image.data, image.rgb
         seeds = seeds_in_pixels(points, image)
-        kwargs = dict(radius=radius, spacing=geometry.scale, polarity=polarity, iterations=self.iterations.value,
-                      **{k: w.value for k, w in self.weights.items()})
+        kwargs = dict(radius=radius, spacing=geometry.scale, polarity="bright" if rgb else self.polarity.value,
+                      iterations=self.iterations.value, **{k: w.value for k, w in self.weights.items()})
         total = kwargs["iterations"]
 
-        def work(job):
-            return _backend.to_host(segment_nuclei(data, seeds, iter_callback=lambda i, _c: job.check(i, total),
+        def work(job):  # reading a lazy layer and the haematoxylin density too: the GUI never waits on them
+            from ..detect import hematoxylin_density
+
+            grey = hematoxylin_density(np.asarray(data)) if rgb else np.asarray(data)
+            return _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
                                                    **kwargs))
 
         self.status.show(f"segmenting {len(seeds)} seeds…")
