@@ -197,3 +197,32 @@ def test_label_and_count_measures_with_a_multiscale_intensity_layer(make_napari_
     _settled(qtbot, widget)
     features = viewer.layers["labels: cells"].features
     assert list(features["mean_intensity"]) == pytest.approx([11.0, 21.0])  # from the finest level
+
+
+def test_a_folder_of_mixed_magnifications_gets_a_radius_per_image(make_napari_viewer, detect_widget, qtbot, tmp_path):
+    import tifffile
+
+    from ivote.metrics import match_points
+    from ivote.napari._io import read_points
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    truths = {}
+    for name, radius in (("x20", 4.0), ("x40", 8.0)):
+        sample = synthetic_nuclei((112, 112), radius=radius, overlap=0.1, noise=0.05, seed=int(radius))
+        tifffile.imwrite(folder / f"{name}.tif", sample.image.astype(np.float32))
+        truths[name] = (sample.centers, radius)
+    viewer = make_napari_viewer()
+    viewer.add_image(np.zeros((64, 64)), name="cells")
+    widget = detect_widget(viewer)
+    widget.batch.auto_radius.value = True
+    widget.batch.run(folder, tmp_path / "out")
+    _settled(qtbot, widget.batch)
+    assert [row["error"] for row in widget.batch.rows] == ["", ""]
+    for row in widget.batch.rows:
+        centers, radius = truths[row["image"][:-4]]
+        assert abs(row["radius"] / radius - 1) < 0.2  # each image its own radius, not the slider's 8 px
+        (points, attributes, _), = read_points(str(tmp_path / "out" / row["output"]))  # as napari opens it
+        assert attributes["metadata"]["radius"] == pytest.approx(row["radius"], rel=1e-3)  # Segment takes it
+        assert match_points(points, centers, tolerance=radius / 2).f1 >= 0.8
+    assert widget.batch.table.shape == (2, 3)
