@@ -88,6 +88,19 @@ def test_estimate_reads_volumes_and_he_as_detection_does(make_napari_viewer, det
     assert abs(widget.radius.value / sample.radius - 1) < 0.2
 
 
+def test_a_timelapse_is_estimated_on_the_displayed_frame(make_napari_viewer, detect_widget, qtbot):
+    frames = [synthetic_nuclei((128, 128), spacing=(0.5, 0.5), radius=radius, noise=0.05, seed=seed).image
+              for radius, seed in ((3.0, 1), (7.0, 2))]  # the magnification changes between the frames
+    viewer = make_napari_viewer()
+    viewer.add_image(np.stack(frames), name="movie", scale=(60.0, 0.5, 0.5), axis_labels=("t", "y", "x"),
+                     units=("s", "um", "um"))
+    widget = detect_widget(viewer)
+    viewer.dims.set_current_step(0, 1)
+    _estimated(qtbot, widget)
+    assert widget.radius.value == pytest.approx(ivote.detect.estimate_radius(frames[1], spacing=(0.5, 0.5)))
+    assert abs(widget.radius.value / 7.0 - 1) < 0.2
+
+
 def test_an_estimate_outside_the_slider_extends_its_range(make_napari_viewer, detect_widget, qtbot, monkeypatch):
     sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
     viewer = make_napari_viewer()
@@ -226,3 +239,17 @@ def test_a_folder_of_mixed_magnifications_gets_a_radius_per_image(make_napari_vi
         assert attributes["metadata"]["radius"] == pytest.approx(row["radius"], rel=1e-3)  # Segment takes it
         assert match_points(points, centers, tolerance=radius / 2).f1 >= 0.8
     assert widget.batch.table.shape == (2, 3)
+
+
+def test_a_scale_set_after_the_image_was_chosen_is_used_by_the_next_run(make_napari_viewer, detect_widget, qtbot):
+    sample = synthetic_nuclei((96, 96), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    layer = viewer.add_image(sample.image, name="cells")  # opened without pixel sizes: px
+    widget = detect_widget(viewer)
+    assert widget.radius.label == "radius (px)"
+    layer.scale, layer.units = sample.spacing, ("um", "um")  # set afterwards (console, another plugin)
+    widget.run()
+    assert widget.radius.label == "radius (µm)" and widget.radius.max == pytest.approx(12.0)  # 96 px x 0.5 / 4
+    _settled(qtbot, widget)
+    points = viewer.layers["nuclei: cells"]
+    assert points.metadata["units"] == "µm" and points.size[0] == pytest.approx(2 * widget.radius.value / 0.5)

@@ -10,7 +10,8 @@ from ._runner import Runner
 
 _TIP = ("Estimate the radius from the image (what radius='auto' and 'ivote detect --radius auto' use): the largest "
         "typical nucleus radius, from the image's blobs at every scale, in the layer's physical units. Sets the "
-        "slider; the live preview follows. Press again while it runs to cancel.")
+        "slider; the live preview follows. Grey images of dark nuclei: set the polarity first. Press again "
+        "while it runs to cancel.")
 
 
 class EstimatePanel(Container):

@@ -90,12 +90,20 @@ class DetectWidget(DetectForm):
             QTimer.singleShot(0, lambda: layers.remove_layers(self.viewer.layers,
                                                               [s for s in stale if s in self.viewer.layers]))
 
+    def _stale(self, layer) -> bool:
+        try:
+            return logic.layer_geometry(layer) != (self._geometry, self._timelapse)
+        except ValueError:
+            return True
+
     def _on_radius_moved(self, *_):
         self._radius_touched = True
         self._schedule_preview()
 
     def _request(self, preview: bool):
         layer = self.image_layer()
+        if layer is not None and self._geometry is not None and self._stale(layer):
+            self._on_image_changed()  # its scale or units changed since it was chosen: the radius's unit with them
         if self._geometry_error is not None and layer is not None:
             return self.status.show(self._geometry_error, error=True)  # e.g. a 4D image: say why, on Run too
         message = logic.validate_settings(self.radius.value, has_image=layer is not None and self._geometry is not None)
