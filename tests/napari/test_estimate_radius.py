@@ -164,6 +164,23 @@ def test_closing_the_dock_mid_run_removes_its_preview_layer(make_napari_viewer, 
     assert [layer.name for layer in viewer.layers] == ["cells"]
 
 
+def test_segment_estimates_the_radius_for_seeds_clicked_by_hand(make_napari_viewer, qtbot):
+    from ivote.napari._segment_widget import SegmentWidget
+
+    sample = synthetic_nuclei((160, 160), spacing=(0.4, 0.4), radius=5.0, noise=0.05, seed=11)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    viewer.add_points(sample.centers, name="my clicks", scale=sample.spacing)  # no detection: no radius
+    widget = SegmentWidget(viewer)
+    viewer.window.add_dock_widget(widget, name="Segment nuclei")
+    assert widget.radius.value == 8.0  # the box's default, not the nuclei's
+    _estimated(qtbot, widget)
+    core = ivote.detect.estimate_radius(sample.image, spacing=sample.spacing)
+    assert widget.radius.value == pytest.approx(core, abs=0.005)  # the box shows two decimals
+    assert abs(widget.radius.value / sample.radius - 1) < 0.2
+    assert widget.estimate.result_label.value == f"estimated {core:.3g} µm"
+
+
 # -- rough edges of the other docks ------------------------------------------------------------------------------------
 def test_segment_takes_a_detection_radius_beyond_its_usual_range_and_reads_he_in_the_worker(
         make_napari_viewer, qtbot, monkeypatch):
@@ -178,6 +195,10 @@ def test_segment_takes_a_detection_radius_beyond_its_usual_range_and_reads_he_in
                               metadata={"radius": 15.0})  # an estimate past the usual 12 µm (a quarter of 48 µm)
     widget = SegmentWidget(viewer)
     assert widget.seeds.value is seeds and widget.radius.value == 15.0  # raised ValueError (outside 0.75..12) before
+    widget.iterations.value = 2
+    widget.run()  # and Run takes it
+    _settled(qtbot, widget)
+    assert "labels: cells" in viewer.layers and "radius must" not in widget.status.value
     seeds.metadata["radius"] = sample.radius
     widget._on_seeds_changed()
     assert widget.radius.value == sample.radius

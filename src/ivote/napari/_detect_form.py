@@ -7,8 +7,8 @@ from magicgui.widgets import CheckBox, ComboBox, Container, FloatSlider, FloatSp
 from napari.layers import Image
 
 from ._batch import BatchPanel
-from ._detect_estimate import EstimatePanel
 from ._detect_volume import VolumePanel
+from ._radius_estimate import EstimatePanel
 from ._widgets_common import DockWidget, Status, layer_choices
 
 _RADIUS_TIP = ("Largest nucleus radius, in the image's physical units: about 1.5x the typical one. "
@@ -22,7 +22,7 @@ class DetectForm(DockWidget):
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to search (2D, 3D, or 2D RGB such as H&E).")
         self.radius = FloatSlider(label="radius (px)", min=1.0, max=100.0, value=8.0, step=0.1, tooltip=_RADIUS_TIP)
-        self.estimate = EstimatePanel(self)
+        self.estimate = EstimatePanel(self, follows=" slider; the live preview follows")
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter (fluorescence) or darker (brightfield) than the "
                                          "background. RGB images: the haematoxylin stain is used, always.")

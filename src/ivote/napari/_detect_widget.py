@@ -90,6 +90,13 @@ class DetectWidget(DetectForm):
             QTimer.singleShot(0, lambda: layers.remove_layers(self.viewer.layers,
                                                               [s for s in stale if s in self.viewer.layers]))
 
+    def estimate_source(self):
+        """What the Estimate button measures: (image layer, geometry, time-lapse), or why there is none."""
+        layer = self.image_layer()
+        if layer is None or self._geometry is None:
+            return self._geometry_error or "Add or select an image layer first."
+        return layer, self._geometry, self._timelapse
+
     def _stale(self, layer) -> bool:
         try:
             return logic.layer_geometry(layer) != (self._geometry, self._timelapse)

@@ -14,7 +14,9 @@ from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
 from ._detect_logic import fit_radius, image_geometry
 from ._names import LABELS, NUCLEI, result_name
-from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
+from ._radius_estimate import EstimatePanel
+from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, show_result,
+                              spatial_transform, world_to_pixels)
 
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
            ("lambda2", "λ₂ (outside fit)", "lambda2", "Weight of the fit of the background intensity."),
@@ -39,6 +41,7 @@ class SegmentWidget(DockWidget):
         self.radius = FloatSpinBox(label="radius (px)", min=MIN_RADIUS_PIXELS, max=1e4, value=8.0, step=0.5,
                                    tooltip="Largest nucleus radius in the image's units; taken from the seeds' "
                                            "detection when it has one.")
+        self.estimate = EstimatePanel(self)
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter or darker than the background (RGB: haematoxylin).")
         self.iterations = SpinBox(label="iterations", min=1, max=10_000, value=300, step=50,
@@ -54,9 +57,11 @@ class SegmentWidget(DockWidget):
         self.weights_panel = Container(widgets=list(self.weights.values()), visible=False)
         self.advanced.changed.connect(lambda on: setattr(self.weights_panel, "visible", on))
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        super().__init__(napari_viewer, [self.image, self.seeds, self.radius, self.polarity, self.iterations,
-                                         self.advanced, self.weights_panel, buttons, self.status],
+        super().__init__(napari_viewer, [self.image, self.seeds, self.radius, self.estimate, self.polarity,
+                                         self.iterations, self.advanced, self.weights_panel, buttons, self.status],
                          run_button=self.run_button, cancel_button=self.cancel_button)
+        self.estimate.attach()
+        connect_while_docked(self, napari_viewer.layers.events.removed, lambda event: self.estimate.forget(event.value))
         self.run_button.changed.connect(self.run)
         self.cancel_button.changed.connect(self.cancel)
         self.image.changed.connect(self._on_image_changed)
@@ -73,7 +78,23 @@ class SegmentWidget(DockWidget):
         except ValueError:
             return None
 
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy or self.estimate.busy
+
+    def cancel(self):
+        self.estimate.cancel()
+        super().cancel()
+
+    def estimate_source(self):
+        """What the Estimate button measures: (image layer, geometry, False), or why there is none."""
+        layer, geometry = self.image.value, self._geometry()
+        if layer is None or geometry is None:
+            return "Choose a 2D, 3D or 2D RGB image layer first."
+        return layer, geometry, False
+
     def _on_image_changed(self, *_):
+        self.estimate.image_changed(self.image.value)
         if self.image.value is not None:
             adopt_file_scale(self.image.value)  # a layer opened by a reader that set no pixel size
         layer, geometry = self.image.value, self._geometry()
@@ -108,7 +129,8 @@ class SegmentWidget(DockWidget):
         if geometry is None:
             return self.status.show("Segment works on 2D, 3D or 2D RGB images.", error=True)
         radius, (low, high, _) = self.radius.value, geometry.radius_range()
-        if not (math.isfinite(radius) and low <= radius <= high):  # e.g. the layer's scale changed since
+        # fit_radius keeps a radius the core takes (above the usual range too: a detection's or an estimate's)
+        if not (math.isfinite(radius) and fit_radius(radius, geometry)[0] == radius):  # e.g. the scale changed since
             return self.status.show(f"radius must be between {low:g} and {high:g} {geometry.unit} for this image "
                                     f"(at least MIN_RADIUS_PIXELS = {MIN_RADIUS_PIXELS:g} pixels); got {radius:g}.",
                                     error=True)
