@@ -70,16 +70,20 @@ def test_estimate_sets_the_slider_to_the_radius_in_physical_units_previews_it_an
     assert metadata["radius_estimated"] is False and metadata["radius_estimate"] == pytest.approx(core)
 
 
-@pytest.mark.parametrize("kind", ["anisotropic 3D", "H&E RGB"])
-def test_estimate_reads_volumes_and_he_as_detection_does(make_napari_viewer, detect_widget, qtbot, kind):
-    if kind == "H&E RGB":
-        sample = synthetic_nuclei((160, 160), spacing=(0.4, 0.4), radius=5.0, noise=0.05, seed=11)
-        image = _he(sample.image)
-    else:
+@pytest.mark.parametrize("kind", ["anisotropic 3D", "H&E RGB", "lazy (Dask)"])
+def test_estimate_reads_volumes_he_and_lazy_layers_as_detection_does(make_napari_viewer, detect_widget, qtbot, kind):
+    if kind == "anisotropic 3D":
         sample = synthetic_nuclei((16, 64, 64), spacing=(2.0, 0.5, 0.5), radius=5.0, noise=0.05, seed=3)
         image = sample.image
+    else:
+        sample = synthetic_nuclei((160, 160), spacing=(0.4, 0.4), radius=5.0, noise=0.05, seed=11)
+        image = _he(sample.image) if kind == "H&E RGB" else sample.image
     viewer = make_napari_viewer()
-    viewer.add_image(image, name="cells", scale=sample.spacing, units=("um",) * len(sample.spacing),
+    data = image
+    if kind == "lazy (Dask)":
+        da = pytest.importorskip("dask.array")
+        data = da.from_array(image, chunks=64)
+    viewer.add_image(data, name="cells", scale=sample.spacing, units=("um",) * len(sample.spacing),
                      rgb=image.ndim == 3 and image.shape[-1] == 3)
     widget = detect_widget(viewer)
     _estimated(qtbot, widget)
