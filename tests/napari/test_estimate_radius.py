@@ -278,3 +278,19 @@ def test_a_scale_set_after_the_image_was_chosen_is_used_by_the_next_run(make_nap
     _settled(qtbot, widget)
     points = viewer.layers["nuclei: cells"]
     assert points.metadata["units"] == "µm" and points.size[0] == pytest.approx(2 * widget.radius.value / 0.5)
+
+
+def test_segment_refuses_a_timelapse_instead_of_reading_time_as_z(make_napari_viewer, qtbot):
+    from ivote.napari._segment_widget import SegmentWidget
+
+    frames = [synthetic_nuclei((64, 64), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=s) for s in (1, 2)]
+    viewer = make_napari_viewer()
+    viewer.add_image(np.stack([f.image for f in frames]), name="movie", scale=(60.0, 0.5, 0.5),
+                     axis_labels=("t", "y", "x"), units=("s", "um", "um"))
+    viewer.add_points(np.column_stack([np.zeros(len(frames[0].centers)), frames[0].centers]), name="nuclei: movie")
+    widget = SegmentWidget(viewer)
+    widget.run()  # was read as a (2, 64, 64) volume, z = 60 s apart
+    _settled(qtbot, widget)
+    assert "time-lapse" in widget.status.value and "labels: movie" not in viewer.layers
+    widget.estimate.button.native.click()
+    assert "time-lapse" in widget.status.value and not widget.busy

@@ -12,7 +12,7 @@ from .. import _backend
 from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
-from ._detect_logic import fit_radius, image_geometry
+from ._detect_logic import fit_radius, layer_geometry
 from ._names import LABELS, NUCLEI, result_name
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, show_result,
@@ -69,14 +69,15 @@ class SegmentWidget(DockWidget):
         self._on_image_changed()
 
     def _geometry(self):
+        """The chosen image's geometry; None for none, or one Segment does not take (4D, a time-lapse)."""
         layer = self.image.value
         if layer is None:
             return None
         try:
-            return image_geometry(layer.data.shape if not layer.multiscale else layer.data[0].shape, rgb=layer.rgb,
-                                  scale=layer.scale, units=layer.units, metadata=layer.metadata)
+            geometry, timelapse = layer_geometry(layer)
         except ValueError:
             return None
+        return None if timelapse else geometry  # its time axis is not a z axis
 
     @property
     def busy(self) -> bool:
@@ -90,7 +91,7 @@ class SegmentWidget(DockWidget):
         """What the Estimate button measures: (image layer, geometry, False), or why there is none."""
         layer, geometry = self.image.value, self._geometry()
         if layer is None or geometry is None:
-            return "Choose a 2D, 3D or 2D RGB image layer first."
+            return "Choose a 2D, 3D or 2D RGB image layer first (not a time-lapse)."
         return layer, geometry, False
 
     def _on_image_changed(self, *_):
@@ -127,7 +128,8 @@ class SegmentWidget(DockWidget):
             return self.status.show("Choose an image layer and a points layer with the seeds.", error=True)
         geometry = self._geometry()
         if geometry is None:
-            return self.status.show("Segment works on 2D, 3D or 2D RGB images.", error=True)
+            return self.status.show("Segment works on 2D, 3D or 2D RGB images, not a time-lapse (from Python, "
+                                    "ivote.segment_frames segments one frame at a time).", error=True)
         radius, (low, high, _) = self.radius.value, geometry.radius_range()
         # fit_radius keeps a radius the core takes (above the usual range too: a detection's or an estimate's)
         if not (math.isfinite(radius) and fit_radius(radius, geometry)[0] == radius):  # e.g. the scale changed since
