@@ -168,3 +168,18 @@ def test_a_lazy_layer_is_estimated_on_a_central_crop_as_the_chunked_engine_does(
     assert abs(estimate / sample.radius - 1) < 0.2
     in_memory = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
     assert in_memory == estimate_radius(sample.image, spacing=sample.spacing, backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_the_estimate_runs_on_the_runs_backend_with_the_numpy_value(backend):
+    """The button's call on a host layer (what the widget hands it) on the other backends: the NumPy estimate."""
+    from ivote import _backend
+    from ivote.data import synthetic_nuclei
+
+    if backend == "cupy" and not _backend.cupy_available():
+        pytest.skip("needs a CUDA GPU with CuPy")
+    sample = synthetic_nuclei((24, 80, 80), spacing=(2.0, 0.5, 0.5), radius=5.0, noise=0.05, seed=3)
+    geometry = logic.image_geometry(sample.image.shape, scale=sample.spacing)
+    reference = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
+    other = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend=backend)
+    assert other == pytest.approx(reference, rel=0.02) and abs(other / sample.radius - 1) < 0.2
