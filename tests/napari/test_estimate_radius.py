@@ -294,3 +294,25 @@ def test_segment_refuses_a_timelapse_instead_of_reading_time_as_z(make_napari_vi
     assert "time-lapse" in widget.status.value and "labels: movie" not in viewer.layers
     widget.estimate.button.native.click()
     assert "time-lapse" in widget.status.value and not widget.busy
+
+
+@pytest.mark.parametrize("dock", ["Detect", "Segment"])
+def test_a_grey_image_after_an_rgb_one_gets_its_polarity_back(make_napari_viewer, dock):
+    """RGB sets the polarity to 'dark' (greyed out); a grey image chosen next kept it, so a fluorescence image
+    was searched (and its radius estimated, 2 to 4 times too large) for dark nuclei."""
+    from ivote.napari._detect_widget import DetectWidget
+    from ivote.napari._segment_widget import SegmentWidget
+
+    sample = synthetic_nuclei((64, 64), radius=4.0, noise=0.05, seed=5)
+    viewer = make_napari_viewer()
+    grey = viewer.add_image(sample.image, name="fluorescence")
+    he = viewer.add_image(_he(sample.image), name="H&E", rgb=True)
+    widget = (DetectWidget if dock == "Detect" else SegmentWidget)(viewer)
+    widget.image.value = he
+    assert widget.polarity.value == "dark" and not widget.polarity.enabled
+    widget.image.value = grey
+    assert widget.polarity.value == "bright" and widget.polarity.enabled
+    widget.polarity.value = "dark"  # the user's choice for a grey image (bright-field) ...
+    widget.image.value = he
+    widget.image.value = grey
+    assert widget.polarity.value == "dark" and widget.polarity.enabled  # ... survives a visit to an RGB image

@@ -15,7 +15,7 @@ from ..segment import DEFAULT_WEIGHTS, segment_nuclei
 from ._detect_logic import fit_radius, layer_geometry
 from ._names import LABELS, NUCLEI, result_name
 from ._radius_estimate import EstimatePanel
-from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, show_result,
+from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, polarity_for, show_result,
                               spatial_transform, world_to_pixels)
 
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
@@ -42,6 +42,7 @@ class SegmentWidget(DockWidget):
                                    tooltip="Largest nucleus radius in the image's units; taken from the seeds' "
                                            "detection when it has one.")
         self.estimate = EstimatePanel(self)
+        self._grey_polarity = "bright"  # the polarity chosen for grey images, back after an RGB one
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter or darker than the background (RGB: haematoxylin).")
         self.iterations = SpinBox(label="iterations", min=1, max=10_000, value=300, step=50,
@@ -103,10 +104,7 @@ class SegmentWidget(DockWidget):
             preferred = result_name(NUCLEI, layer.name)
             if preferred in self.viewer.layers and isinstance(self.viewer.layers[preferred], Points):
                 self.seeds.value = self.viewer.layers[preferred]
-            if layer.rgb:
-                self.polarity.value, self.polarity.enabled = "dark", False
-            else:
-                self.polarity.enabled = True
+            self._grey_polarity = polarity_for(self.polarity, layer.rgb, self._grey_polarity)
         if geometry is not None:
             self.radius.label = f"radius ({geometry.unit})"
             self.radius.min, self.radius.max, _ = geometry.radius_range()
