@@ -106,3 +106,26 @@ def count_refilters(monkeypatch):
 
     monkeypatch.setattr(Detections, "with_threshold", counting)
     return calls
+
+
+@pytest.fixture
+def slow_detector(monkeypatch):
+    """The real detector, 0.15 s slower per pass, counting the passes it ran."""
+    import time
+
+    import ivote.detect
+
+    real, passes = ivote.detect.iterative_voting, []
+
+    def slow(image, **kwargs):
+        callback = kwargs.pop("iter_callback")
+
+        def slowed(index, n_passes):
+            passes.append(index)
+            time.sleep(0.15)
+            callback(index, n_passes)
+
+        return real(image, iter_callback=slowed, **kwargs)
+
+    monkeypatch.setattr(ivote.detect, "iterative_voting", slow)
+    return passes

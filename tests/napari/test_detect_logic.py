@@ -126,3 +126,60 @@ def test_a_threshold_change_refilters_each_result_once(count_refilters, monkeypa
     assert applied == threshold and len(state["data"]) == sum(len(e.points) for e in expected)
     np.testing.assert_array_equal(state["data"][:, 0], np.repeat([0.0, 1.0], [len(e.points) for e in expected]))
     np.testing.assert_array_equal(state["features"]["contrast"], np.concatenate([e.contrasts for e in expected]))
+
+
+def test_an_estimate_outside_the_slider_is_clamped_or_extends_it_as_the_detector_allows():
+    from ivote._validate import check_radius
+
+    geometry = logic.image_geometry((200, 400), scale=(0.5, 0.5), units=("um", "um"))  # slider 0.75 to 25 µm
+    assert logic.fit_radius(6.0, geometry) == (6.0, 25.0, "")
+    value, maximum, note = logic.fit_radius(0.5, geometry)
+    assert (value, maximum) == (0.75, 25.0) and "smallest" in note
+    value, maximum, note = logic.fit_radius(60.0, geometry)
+    assert (value, maximum) == (60.0, 60.0) and "extended" in note
+    assert check_radius(60.0, geometry.shape, geometry.scale) == 60.0  # the detector takes it ...
+    with pytest.raises(ValueError):
+        check_radius(150.0, geometry.shape, geometry.scale)  # ... not this: clamped
+    value, maximum, note = logic.fit_radius(150.0, geometry)
+    assert (value, maximum) == (25.0, 25.0) and "largest" in note
+
+
+class _ReadRecorder:
+    """An on-disk-like array (Zarr, HDF5): records the regions read."""
+
+    def __init__(self, array):
+        self.array, self.shape, self.dtype, self.ndim, self.reads = array, array.shape, array.dtype, array.ndim, []
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self.array[key]
+
+
+def test_a_lazy_layer_is_estimated_on_a_central_crop_as_the_chunked_engine_does():
+    from ivote.data import synthetic_nuclei
+    from ivote.detect import estimate_radius
+
+    sample = synthetic_nuclei((2400, 64), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=2)
+    geometry = logic.image_geometry(sample.image.shape, scale=sample.spacing)
+    lazy = _ReadRecorder(sample.image)
+    estimate = logic.estimate_layer_radius(lazy, geometry, polarity="bright", lazy=True, backend="numpy")
+    read = sum(np.prod([s.stop - s.start for s in key]) for key in lazy.reads)
+    assert 0 < read < sample.image.size  # a crop, not the whole array
+    assert abs(estimate / sample.radius - 1) < 0.2
+    in_memory = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
+    assert in_memory == estimate_radius(sample.image, spacing=sample.spacing, backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_the_estimate_runs_on_the_runs_backend_with_the_numpy_value(backend):
+    """The button's call on a host layer (what the widget hands it) on the other backends: the NumPy estimate."""
+    from ivote import _backend
+    from ivote.data import synthetic_nuclei
+
+    if backend == "cupy" and not _backend.cupy_available():
+        pytest.skip("needs a CUDA GPU with CuPy")
+    sample = synthetic_nuclei((24, 80, 80), spacing=(2.0, 0.5, 0.5), radius=5.0, noise=0.05, seed=3)
+    geometry = logic.image_geometry(sample.image.shape, scale=sample.spacing)
+    reference = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
+    other = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend=backend)
+    assert other == pytest.approx(reference, rel=0.02) and abs(other / sample.radius - 1) < 0.2

@@ -5,8 +5,6 @@ Each test of a click-through problem fails on the widgets before the magicgui re
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -45,25 +43,6 @@ def _detect(viewer, live=False):
 def _wait(qtbot, widget):
     qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
     qtbot.wait(20)  # queued main-thread hand-backs
-
-
-@pytest.fixture
-def slow_detector(monkeypatch):
-    """The real detector, 0.15 s slower per pass, counting the passes it ran."""
-    real, passes = ivote.detect.iterative_voting, []
-
-    def slow(image, **kwargs):
-        callback = kwargs.pop("iter_callback")
-
-        def slowed(index, n_passes):
-            passes.append(index)
-            time.sleep(0.15)
-            callback(index, n_passes)
-
-        return real(image, iter_callback=slowed, **kwargs)
-
-    monkeypatch.setattr(ivote.detect, "iterative_voting", slow)
-    return passes
 
 
 # -- magicgui --------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import csv
 import time
 from pathlib import Path
 
-from magicgui.widgets import Container, FileEdit, PushButton, Table
+from magicgui.widgets import CheckBox, Container, FileEdit, PushButton, Table
 
 from ..io import read_image, write_atomic, write_points_csv
 from ._runner import Runner
@@ -28,6 +28,9 @@ def folder_images(folder) -> list[Path]:
 def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
     """Detect nuclei in every image with ``settings``; write one CSV each; return the summary rows.
 
+    ``settings["radius"]`` is a radius in the images' units, or ``'auto'``: each image's own estimate
+    (``iterative_voting(radius='auto')``), reported in its row and its CSV's ``# radius`` line.
+
     ``check(done, total)`` is called before each image and forwarded to the
     detector (raising from it stops the loop). An image that fails gets its
     error in the summary; the others still run.
@@ -41,7 +44,7 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
         if check is not None:
             check(index, len(images))
         start = time.perf_counter()
-        row = {"image": path.name, "nuclei": "", "seconds": "", "output": "", "error": ""}
+        row = {"image": path.name, "nuclei": "", "radius": "", "seconds": "", "output": "", "error": ""}
         try:
             image, spacing = read_image(path)
             rgb = image.ndim == 3 and image.shape[-1] in (3, 4) and image.shape[0] > 4
@@ -56,7 +59,7 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
             output = write_points_csv(out_dir / f"{path.stem}_nuclei.csv", found.points, found.scores,
                                       spacing=spacing, units=unit_name(settings.get("unit")) if spacing else None,
                                       radius=found.radius, radius_estimated=found.radius_estimated)
-            row.update(nuclei=len(found.points), output=output.name)
+            row.update(nuclei=len(found.points), radius=round(float(found.radius), 4), output=output.name)
         except (ValueError, OSError, MemoryError) as exc:
             row["error"] = str(exc)
         row["seconds"] = round(time.perf_counter() - start, 2)
@@ -71,7 +74,7 @@ def write_summary(path, rows) -> Path:
 
     def write(tmp):
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=["image", "nuclei", "seconds", "output", "error"],
+            writer = csv.DictWriter(fh, fieldnames=["image", "nuclei", "radius", "seconds", "output", "error"],
                                     lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
@@ -87,12 +90,16 @@ class BatchPanel(Container):
         self.folder = FileEdit(mode="d", label="folder", tooltip="Folder of images (TIFF, PNG, JPEG).")
         self.out = FileEdit(mode="d", label="output", tooltip="Where the CSVs and summary.csv go "
                                                               "(default: <folder>/ivote).")
+        self.auto_radius = CheckBox(text="estimate the radius per image", value=False, tooltip=(
+            "Each image gets its own radius, estimated from it as the Estimate button does (radius='auto'), "
+            "instead of the slider's; for folders of mixed magnifications. The summary lists each radius."))
         self.run_button = PushButton(text="Run on this folder", tooltip=tooltip)
         self.cancel_button = PushButton(text="Cancel folder", enabled=False, tooltip="Stop after the current pass.")
         self.status = Status()
-        self.table = Table(value={"image": [], "nuclei": []}, label="summary", visible=False)
+        self.table = Table(value={"image": [], "nuclei": [], "radius": []}, label="summary", visible=False)
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        super().__init__(widgets=[self.folder, self.out, buttons, self.status, self.table], labels=True)
+        super().__init__(widgets=[self.folder, self.out, self.auto_radius, buttons, self.status, self.table],
+                         labels=True)
         self.runner = None  # attach(): the Detect widget's native widget exists only after its own __init__
         self.rows = None
         self.run_button.changed.connect(lambda: self.run())
@@ -113,7 +120,9 @@ class BatchPanel(Container):
         if not images:
             return self.status.show(f"No images (TIFF, PNG, JPEG) in {folder}.", error=True)
         settings = self.detect_widget.settings()
-        if not settings["radius"] or settings["radius"] <= 0:
+        if self.auto_radius.value:
+            settings["radius"] = "auto"
+        elif not settings["radius"] or settings["radius"] <= 0:
             return self.status.show("Set the radius in Detect first.", error=True)
         out = Path(out or (self.out.value if str(self.out.value) not in ("", ".") else folder / "ivote"))
         self.cancel_button.enabled = True
@@ -125,7 +134,7 @@ class BatchPanel(Container):
     def _show(self, rows, out):
         self.rows = rows
         summary = write_summary(Path(out) / "summary.csv", rows)
-        self.table.value = {"image": [r["image"] for r in rows], "nuclei": [r["nuclei"] for r in rows]}
+        self.table.value = {key: [r[key] for r in rows] for key in ("image", "nuclei", "radius")}
         self.table.visible = True
         failed = sum(bool(r["error"]) for r in rows)
         total = sum(r["nuclei"] for r in rows if r["nuclei"] != "")

@@ -79,23 +79,25 @@ class LabelCountWidget(DockWidget):
             self.start(lambda job: cluster_points(points, distance=distance, spacing=spacing),
                        lambda result: self._show_clusters(layer, result), desc="Clustering nuclei", inputs=(layer,))
             return
-        data = np.asarray(layer.data[0] if layer.multiscale else layer.data)
+        data = layer.data[0] if layer.multiscale else layer.data  # read in the worker: the GUI never waits on it
         intensity_layer = self.intensity.value
         intensity = None
-        if isinstance(intensity_layer, Image) and not intensity_layer.rgb and intensity_layer.data.shape == data.shape:
-            intensity = np.asarray(intensity_layer.data)
-        elif isinstance(layer, Image):
+        if isinstance(intensity_layer, Image) and not intensity_layer.rgb:  # a pyramid: its finest level
+            finest = intensity_layer.data[0] if intensity_layer.multiscale else intensity_layer.data
+            intensity = finest if finest.shape == data.shape else None
+        if intensity is None and isinstance(layer, Image):
             intensity = data
         spacing, translate, units = tuple(layer.scale), tuple(layer.translate), unit_name(layer.units)
         threshold, connectivity = self.threshold.value, (1 if self.connectivity.value == "faces" else data.ndim)
         known = self._detection_of(layer)  # score and cluster id of the nucleus' detected point, where known
 
         def work(job):
-            labels = data if isinstance(layer, Labels) else _backend.to_host(
-                label(data > threshold, connectivity=connectivity).labels)
+            pixels = np.asarray(data)
+            labels = pixels if isinstance(layer, Labels) else _backend.to_host(
+                label(pixels > threshold, connectivity=connectivity).labels)
             job.check()
-            return labels, measure_labels(labels, intensity=intensity, spacing=spacing, translate=translate,
-                                          units=units, **known)
+            return labels, measure_labels(labels, intensity=None if intensity is None else np.asarray(intensity),
+                                          spacing=spacing, translate=translate, units=units, **known)
 
         self.status.show("working…")
         inputs = (layer,) + ((intensity_layer,) if intensity_layer is not None else ())

@@ -8,7 +8,8 @@ from napari.layers import Image
 
 from ._batch import BatchPanel
 from ._detect_volume import VolumePanel
-from ._widgets_common import DockWidget, Status, layer_choices
+from ._radius_estimate import EstimatePanel
+from ._widgets_common import DockWidget, Status, layer_choices, polarity_for
 
 _RADIUS_TIP = ("Largest nucleus radius, in the image's physical units: about 1.5x the typical one. "
                "Nuclei found twice: increase it; touching nuclei merged: decrease it.")
@@ -21,6 +22,8 @@ class DetectForm(DockWidget):
         self.image = ComboBox(label="image", choices=layer_choices(napari_viewer, Image),
                               tooltip="Image layer to search (2D, 3D, or 2D RGB such as H&E).")
         self.radius = FloatSlider(label="radius (px)", min=1.0, max=100.0, value=8.0, step=0.1, tooltip=_RADIUS_TIP)
+        self.estimate = EstimatePanel(self, follows=" slider; the live preview follows")
+        self._grey_polarity = "bright"  # the polarity chosen for grey images, back after an RGB one
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter (fluorescence) or darker (brightfield) than the "
                                          "background. RGB images: the haematoxylin stain is used, always.")
@@ -49,7 +52,7 @@ class DetectForm(DockWidget):
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
         more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
         self.batch.visible = False
-        super().__init__(napari_viewer, [self.image, self.radius, self.polarity, self.blur, self.threshold,
+        super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
                                          self.auto_threshold, self.live, buttons, self.volume, more, self.status,
                                          self.batch])
 
@@ -62,7 +65,4 @@ class DetectForm(DockWidget):
             self.radius.step = float(np.round(low / 4, 6)) or 0.01
             self.radius.value = value
         self.radius.label, self.blur.label = f"radius ({geometry.unit})", f"blur ({geometry.unit})"
-        rgb = geometry.rgb  # the haematoxylin stain, dark in the image: polarity does not apply
-        self.polarity.enabled = not rgb
-        if rgb:
-            self.polarity.value = "dark"
+        self._grey_polarity = polarity_for(self.polarity, geometry.rgb, self._grey_polarity)

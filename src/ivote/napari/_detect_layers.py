@@ -15,6 +15,8 @@ from ._widgets_common import spatial_transform
 PREVIEW_PREFIX = "nuclei (preview): "
 WINDOW_PREFIX = "preview window: "
 RUNNING_PREFIX = "nuclei (running): "
+SCRATCH_PREFIXES = (PREVIEW_PREFIX, WINDOW_PREFIX, RUNNING_PREFIX)
+"""The layers the dock draws while it works, never results: they go when the dock closes."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class Shown:
     geometry: logic.ImageGeometry
     timelapse: bool
     preview: bool
+    radius_estimate: float | None = None
+    """The Estimate button's radius for the image when it had one at the run's start (stored in the metadata)."""
 
     @property
     def layer_name(self) -> str:
@@ -36,7 +40,7 @@ def show(viewer, shown: Shown, threshold) -> tuple[int, float]:
     """Put ``shown`` at ``threshold`` into its Points layer (created or updated); (points shown, threshold applied)."""
     state, applied = logic.result_layer_state(shown.result, shown.geometry, threshold, name=shown.layer_name,
                                               image_name=shown.image.name, preview=shown.preview,
-                                              timelapse=shown.timelapse)
+                                              timelapse=shown.timelapse, radius_estimate=shown.radius_estimate)
     state.update(spatial_transform(shown.image, state["ndim"]))
     logic.show_points(viewer.layers, state, Points)
     viewer.layers.selection.active = shown.image
@@ -106,7 +110,7 @@ def outline_window(viewer, image, window, geometry: logic.ImageGeometry):
 
 
 def preview_layer_names(image_name: str) -> list[str]:
-    return [PREVIEW_PREFIX + image_name, WINDOW_PREFIX + image_name, RUNNING_PREFIX + image_name]
+    return [prefix + image_name for prefix in SCRATCH_PREFIXES]
 
 
 def append_running(viewer, image, points, ndim: int, size: float):

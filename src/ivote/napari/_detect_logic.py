@@ -25,6 +25,10 @@ __all__ = [
     "ImageGeometry",
     "build_request",
     "detect_job",
+    "displayed_frame",
+    "estimate_input",
+    "estimate_layer_radius",
+    "fit_radius",
     "image_geometry",
     "layer_geometry",
     "points_layer_name",
@@ -536,7 +540,7 @@ def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_poin
     lazy = is_lazy(layer)
     position = layer.world_to_data(world_point)
     if timelapse:
-        current = int(np.clip(round(float(position[0])), 0, data.shape[0] - 1))
+        current = displayed_frame(layer, world_point)
         frames = (current,) if preview else tuple(range(data.shape[0]))
         if preview:
             data = data[current]
@@ -551,6 +555,62 @@ def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_poin
         data = data[window]
     request = DetectRequest(np.asarray(data), radius, geometry.scale, polarity, blur, offset, 0, preview)
     return request, window, frames
+
+
+def displayed_frame(layer, world_point) -> int:
+    """The index of the time-lapse frame the viewer shows (``world_point``: the viewer's ``dims.point``)."""
+    data = layer.data[0] if layer.multiscale else layer.data
+    return int(np.clip(round(float(layer.world_to_data(world_point)[0])), 0, data.shape[0] - 1))
+
+
+# -- the radius estimate (the "Estimate" button): the core's radius='auto' on a layer's pixels -----------------------
+def estimate_input(layer, *, timelapse: bool, world_point):
+    """The pixels a layer's radius is estimated on: the full-resolution image (RGB axis kept), or the displayed frame
+    of a time-lapse; a lazy array stays lazy (:func:`estimate_layer_radius` reads a central crop of it)."""
+    data = layer.data[0] if layer.multiscale else layer.data
+    return data[displayed_frame(layer, world_point)] if timelapse else data
+
+
+def estimate_layer_radius(data, geometry: ImageGeometry, *, polarity: str, lazy: bool, backend: str = "auto") -> float:
+    """The voting radius of ``data`` in the units of its layer's scale, as ``radius='auto'`` resolves it.
+
+    In memory: :func:`ivote.detect.estimate_radius` (RGB read as H&E, as detection reads it; anisotropic spacing
+    respected). Lazy (Dask, Zarr, a pyramid's finest level): the chunked engine's estimate, on a central crop read
+    from the array (``detect_chunked(radius='auto')``, what "Run on whole volume" would use), never the whole array.
+    """
+    if lazy:
+        try:
+            from ..distributed._detect import _estimate_radius
+        except ImportError:  # no chunked engine in this installation: read it (estimate_radius crops it)
+            _estimate_radius = None
+        if _estimate_radius is not None:
+            return float(_estimate_radius(data, geometry.shape, geometry.scale, polarity, backend))
+    from ..detect import estimate_radius
+
+    return float(estimate_radius(np.asarray(data), spacing=geometry.scale, polarity=polarity, backend=backend))
+
+
+def fit_radius(radius: float, geometry: ImageGeometry) -> tuple[float, float, str]:
+    """Where a radius not chosen on the dock (the Estimate button's, a detection's) goes on its radius control:
+    ``(value, control maximum, note)``.
+
+    Inside the control's range (:meth:`ImageGeometry.radius_range`) as is; above it, the range is extended when the
+    core takes it (``check_radius``: at most half the image's largest extent), else clamped; below the smallest
+    radius the core takes, clamped to it. ``note`` says what was changed ("" when nothing).
+    """
+    from .._validate import MIN_RADIUS_PIXELS, check_radius
+
+    low, high, _ = geometry.radius_range()
+    unit = geometry.unit
+    if radius < low:
+        return low, high, f"; below the smallest radius ({MIN_RADIUS_PIXELS:g} pixels, {low:.3g} {unit}): set to it"
+    if radius <= high:
+        return radius, high, ""
+    try:
+        check_radius(radius, geometry.shape, geometry.scale)
+    except ValueError:
+        return high, high, f"; larger than the detector takes for this image: set to the largest, {high:.3g} {unit}"
+    return radius, radius, f"; above the usual range (up to {high:.3g} {unit}): the range was extended to it"
 
 
 LAZY_PREVIEW_PIXELS = 1024 * 1024
@@ -660,14 +720,20 @@ PREVIEW_STYLE = {"border_color": "cyan", "border_width": 0.07}
 
 
 def result_layer_state(result, geometry: ImageGeometry, threshold, *, name: str, image_name: str, preview: bool,
-                       timelapse: bool) -> tuple[dict, float]:
+                       timelapse: bool, radius_estimate: float | None = None) -> tuple[dict, float]:
     """The Points layer state of ``result`` at ``threshold`` (see :func:`points_layer_state`), and the
-    threshold applied. A preview is marked so it is never offered as seeds or a count's input."""
+    threshold applied. A preview is marked so it is never offered as seeds or a count's input.
+    ``radius_estimate`` (the Estimate button's value for the image) goes into the metadata with the radius, and
+    whether the radius used is that estimate (``radius_estimated``, as ``Detections.radius_estimated``)."""
     points, scores, contrasts, applied = result.refiltered(threshold)  # one refilter per threshold change
     state = points_layer_state(geometry, result.detections.radius, points[:, -geometry.ndim:], scores,
                                image_name=image_name, score_range=score_range(result))
     state["name"] = name
     state["features"] = {**state["features"], "contrast": contrasts}
+    if radius_estimate is not None:
+        used = float(result.detections.radius)
+        state["metadata"] = {**state["metadata"], "radius_estimate": float(radius_estimate),
+                             "radius_estimated": math.isclose(used, radius_estimate, rel_tol=1e-6)}
     if preview:
         state["metadata"] = {**state["metadata"], "ivote_kind": "preview"}
         state.update(PREVIEW_STYLE)

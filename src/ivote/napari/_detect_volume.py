@@ -71,7 +71,8 @@ class VolumePanel(Container):
         widget.runner.cancel()
         image = layer.data[0] if layer.multiscale else layer.data
         settings = widget.settings()
-        shown = dict(image=layer, geometry=geometry, timelapse=False, preview=False)
+        shown = dict(image=layer, geometry=geometry, timelapse=False, preview=False,
+                     radius_estimate=widget.estimate.estimate_for(layer))
         widget.cancel_button.enabled = True
         widget.status.show("running on the whole volume, block by block…")
         run = self._streaming = next(self._runs)

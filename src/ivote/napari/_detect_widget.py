@@ -13,7 +13,7 @@ from .._files import adopt_file_scale
 from . import _detect_layers as layers
 from . import _detect_logic as logic
 from ._detect_form import DetectForm
-from ._runner import Runner
+from ._runner import Runner, watch_gone
 from ._widgets_common import connect_while_docked
 
 DEBOUNCE_MS = 300
@@ -36,6 +36,7 @@ class DetectWidget(DetectForm):
         self.preview_runner = Runner(napari_viewer, self.native, self.status.show, report_cancel=False)
         self.batch.attach()
         self.volume.attach()
+        self.estimate.attach()
         self._preview_later = qdebounced(self.preview, timeout=DEBOUNCE_MS)
 
         self.image.changed.connect(self._on_image_changed)
@@ -51,6 +52,7 @@ class DetectWidget(DetectForm):
         self.folder_button.changed.connect(lambda: setattr(self.batch, "visible", not self.batch.visible))
         connect_while_docked(self, napari_viewer.layers.events.removed, self._on_layer_removed)
         connect_while_docked(self, napari_viewer.dims.events.current_step, self._on_plane_changed)
+        watch_gone(self.native).callbacks.append(self._on_closed)
         self._on_image_changed()
 
     # -- inputs --------------------------------------------------------------
@@ -62,6 +64,7 @@ class DetectWidget(DetectForm):
         self._geometry, self._geometry_error = None, None
         self.preview_runner.cancel()
         layer = self.image_layer()
+        self.estimate.image_changed(layer)
         if layer is None:
             return
         try:
@@ -79,6 +82,7 @@ class DetectWidget(DetectForm):
     def _on_layer_removed(self, event):
         """An image left: its preview goes too (on the next turn of the event loop, not inside napari's removal)."""
         image = event.value
+        self.estimate.forget(image)
         if self._preview is not None and self._preview.image is image:
             self._preview = None
         stale = [self.viewer.layers[n] for n in layers.preview_layer_names(image.name) if n in self.viewer.layers]
@@ -86,12 +90,27 @@ class DetectWidget(DetectForm):
             QTimer.singleShot(0, lambda: layers.remove_layers(self.viewer.layers,
                                                               [s for s in stale if s in self.viewer.layers]))
 
+    def estimate_source(self):
+        """What the Estimate button measures: (image layer, geometry, time-lapse), or why there is none."""
+        layer = self.image_layer()
+        if layer is None or self._geometry is None:
+            return self._geometry_error or "Add or select an image layer first."
+        return layer, self._geometry, self._timelapse
+
+    def _stale(self, layer) -> bool:
+        try:
+            return logic.layer_geometry(layer) != (self._geometry, self._timelapse)
+        except ValueError:
+            return True
+
     def _on_radius_moved(self, *_):
         self._radius_touched = True
         self._schedule_preview()
 
     def _request(self, preview: bool):
         layer = self.image_layer()
+        if layer is not None and self._geometry is not None and self._stale(layer):
+            self._on_image_changed()  # its scale or units changed since it was chosen: the radius's unit with them
         if self._geometry_error is not None and layer is not None:
             return self.status.show(self._geometry_error, error=True)  # e.g. a 4D image: say why, on Run too
         message = logic.validate_settings(self.radius.value, has_image=layer is not None and self._geometry is not None)
@@ -113,7 +132,17 @@ class DetectWidget(DetectForm):
 
     @property
     def busy(self) -> bool:
-        return self.runner.busy or self.preview_runner.busy or self.volume.busy
+        return self.runner.busy or self.preview_runner.busy or self.volume.busy or self.estimate.busy
+
+    def _on_closed(self):
+        """The dock was closed: its preview layers go with it (the runners are closed: no late result re-adds them)."""
+        self._preview_later.cancel()
+        self._preview = None
+        try:
+            stale = [layer.name for layer in self.viewer.layers if layer.name.startswith(layers.SCRATCH_PREFIXES)]
+            layers.remove_layers(self.viewer.layers, stale)
+        except RuntimeError:  # the viewer is closing: its Qt side is gone, and its layers with it
+            pass
 
     def preview(self):
         """Detect on the preview window; the result goes to the preview layer, never to a Run's."""
@@ -123,7 +152,8 @@ class DetectWidget(DetectForm):
         if built is None:
             return
         request, window, frames = built
-        shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=True)
+        shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=True,
+                     radius_estimate=self.estimate.estimate_for(self.image_layer()))
         self.preview_runner.start(lambda job: logic.detect_job(request, frames, job.check),
                                   lambda result: self._show(layers.Shown(result=result, **shown), window),
                                   desc="Detecting nuclei (preview)", inputs=(shown["image"],))
@@ -136,7 +166,8 @@ class DetectWidget(DetectForm):
         if built is None:
             return
         request, _, frames = built
-        shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=False)
+        shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=False,
+                     radius_estimate=self.estimate.estimate_for(self.image_layer()))
         self.cancel_button.enabled = True
         self.status.show("running on the whole image" + (f" ({len(frames)} frames)…" if frames else "…"))
         self.runner.start(lambda job: logic.run_detection(request, frames, job.check),
@@ -148,6 +179,7 @@ class DetectWidget(DetectForm):
         self.preview_runner.cancel()
         self.runner.cancel()
         self.volume.cancel()
+        self.estimate.cancel()
         self.cancel_button.enabled = False
         self.status.show("cancelled")
 

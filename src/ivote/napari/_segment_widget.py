@@ -12,9 +12,11 @@ from .. import _backend
 from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
-from ._detect_logic import image_geometry
+from ._detect_logic import fit_radius, layer_geometry
 from ._names import LABELS, NUCLEI, result_name
-from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
+from ._radius_estimate import EstimatePanel
+from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, polarity_for, show_result,
+                              spatial_transform, world_to_pixels)
 
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
            ("lambda2", "λ₂ (outside fit)", "lambda2", "Weight of the fit of the background intensity."),
@@ -39,6 +41,8 @@ class SegmentWidget(DockWidget):
         self.radius = FloatSpinBox(label="radius (px)", min=MIN_RADIUS_PIXELS, max=1e4, value=8.0, step=0.5,
                                    tooltip="Largest nucleus radius in the image's units; taken from the seeds' "
                                            "detection when it has one.")
+        self.estimate = EstimatePanel(self)
+        self._grey_polarity = "bright"  # the polarity chosen for grey images, back after an RGB one
         self.polarity = ComboBox(label="polarity", choices=["bright", "dark"], value="bright",
                                  tooltip="Nuclei brighter or darker than the background (RGB: haematoxylin).")
         self.iterations = SpinBox(label="iterations", min=1, max=10_000, value=300, step=50,
@@ -54,9 +58,11 @@ class SegmentWidget(DockWidget):
         self.weights_panel = Container(widgets=list(self.weights.values()), visible=False)
         self.advanced.changed.connect(lambda on: setattr(self.weights_panel, "visible", on))
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        super().__init__(napari_viewer, [self.image, self.seeds, self.radius, self.polarity, self.iterations,
-                                         self.advanced, self.weights_panel, buttons, self.status],
+        super().__init__(napari_viewer, [self.image, self.seeds, self.radius, self.estimate, self.polarity,
+                                         self.iterations, self.advanced, self.weights_panel, buttons, self.status],
                          run_button=self.run_button, cancel_button=self.cancel_button)
+        self.estimate.attach()
+        connect_while_docked(self, napari_viewer.layers.events.removed, lambda event: self.estimate.forget(event.value))
         self.run_button.changed.connect(self.run)
         self.cancel_button.changed.connect(self.cancel)
         self.image.changed.connect(self._on_image_changed)
@@ -64,16 +70,33 @@ class SegmentWidget(DockWidget):
         self._on_image_changed()
 
     def _geometry(self):
+        """The chosen image's geometry; None for none, or one Segment does not take (4D, a time-lapse)."""
         layer = self.image.value
         if layer is None:
             return None
         try:
-            return image_geometry(layer.data.shape if not layer.multiscale else layer.data[0].shape, rgb=layer.rgb,
-                                  scale=layer.scale, units=layer.units, metadata=layer.metadata)
+            geometry, timelapse = layer_geometry(layer)
         except ValueError:
             return None
+        return None if timelapse else geometry  # its time axis is not a z axis
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy or self.estimate.busy
+
+    def cancel(self):
+        self.estimate.cancel()
+        super().cancel()
+
+    def estimate_source(self):
+        """What the Estimate button measures: (image layer, geometry, False), or why there is none."""
+        layer, geometry = self.image.value, self._geometry()
+        if layer is None or geometry is None:
+            return "Choose a 2D, 3D or 2D RGB image layer first (not a time-lapse)."
+        return layer, geometry, False
 
     def _on_image_changed(self, *_):
+        self.estimate.image_changed(self.image.value)
         if self.image.value is not None:
             adopt_file_scale(self.image.value)  # a layer opened by a reader that set no pixel size
         layer, geometry = self.image.value, self._geometry()
@@ -81,20 +104,21 @@ class SegmentWidget(DockWidget):
             preferred = result_name(NUCLEI, layer.name)
             if preferred in self.viewer.layers and isinstance(self.viewer.layers[preferred], Points):
                 self.seeds.value = self.viewer.layers[preferred]
-            if layer.rgb:
-                self.polarity.value, self.polarity.enabled = "dark", False
-            else:
-                self.polarity.enabled = True
+            self._grey_polarity = polarity_for(self.polarity, layer.rgb, self._grey_polarity)
         if geometry is not None:
             self.radius.label = f"radius ({geometry.unit})"
             self.radius.min, self.radius.max, _ = geometry.radius_range()
         self._on_seeds_changed()
 
     def _on_seeds_changed(self, *_):
-        seeds = self.seeds.value
+        seeds, geometry = self.seeds.value, self._geometry()
         radius = seeds.metadata.get("radius") if seeds is not None else None
-        if radius:  # the radius the seeds were detected with
-            self.radius.value = float(radius)
+        if radius and geometry is not None:  # the radius the seeds were detected with, beyond the usual range too
+            value, maximum, note = fit_radius(float(radius), geometry)
+            self.radius.max = max(self.radius.max, maximum)
+            self.radius.value = value
+            if note:
+                self.status.show(f"radius {float(radius):.3g} {geometry.unit} from '{seeds.name}'{note}")
 
     def run(self):
         image, points = self.image.value, self.seeds.value
@@ -102,25 +126,25 @@ class SegmentWidget(DockWidget):
             return self.status.show("Choose an image layer and a points layer with the seeds.", error=True)
         geometry = self._geometry()
         if geometry is None:
-            return self.status.show("Segment works on 2D, 3D or 2D RGB images.", error=True)
+            return self.status.show("Segment works on 2D, 3D or 2D RGB images, not a time-lapse (from Python, "
+                                    "ivote.segment_frames segments one frame at a time).", error=True)
         radius, (low, high, _) = self.radius.value, geometry.radius_range()
-        if not (math.isfinite(radius) and low <= radius <= high):  # e.g. the layer's scale changed since
+        # fit_radius keeps a radius the core takes (above the usual range too: a detection's or an estimate's)
+        if not (math.isfinite(radius) and fit_radius(radius, geometry)[0] == radius):  # e.g. the scale changed since
             return self.status.show(f"radius must be between {low:g} and {high:g} {geometry.unit} for this image "
                                     f"(at least MIN_RADIUS_PIXELS = {MIN_RADIUS_PIXELS:g} pixels); got {radius:g}.",
                                     error=True)
-        data = np.asarray(image.data[0] if image.multiscale else image.data)
-        polarity = self.polarity.value
-        if image.rgb:
-            from ..detect import hematoxylin_density
-
-            data, polarity = hematoxylin_density(data), "bright"
+        data, rgb = image.data[0] if image.multiscale else image.data, image.rgb
         seeds = seeds_in_pixels(points, image)
-        kwargs = dict(radius=radius, spacing=geometry.scale, polarity=polarity, iterations=self.iterations.value,
-                      **{k: w.value for k, w in self.weights.items()})
+        kwargs = dict(radius=radius, spacing=geometry.scale, polarity="bright" if rgb else self.polarity.value,
+                      iterations=self.iterations.value, **{k: w.value for k, w in self.weights.items()})
         total = kwargs["iterations"]
 
-        def work(job):
-            return _backend.to_host(segment_nuclei(data, seeds, iter_callback=lambda i, _c: job.check(i, total),
+        def work(job):  # reading a lazy layer and the haematoxylin density too: the GUI never waits on them
+            from ..detect import hematoxylin_density
+
+            grey = hematoxylin_density(np.asarray(data)) if rgb else np.asarray(data)
+            return _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
                                                    **kwargs))
 
         self.status.show(f"segmenting {len(seeds)} seeds…")

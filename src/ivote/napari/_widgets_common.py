@@ -118,6 +118,21 @@ class DockWidget(Container):
             cancel_button.enabled = running
 
 
+def polarity_for(polarity, rgb: bool, grey_choice: str) -> str:
+    """Set a dock's polarity control for an image: RGB is read as H&E (the haematoxylin stain, dark in the image),
+    so 'dark', greyed out; a grey image gets back the choice made for grey images before the RGB one (it kept
+    'dark', and a fluorescence image was then searched for dark nuclei). Returns the grey choice to remember."""
+    if rgb:
+        if polarity.enabled:
+            grey_choice = polarity.value
+        polarity.value, polarity.enabled = "dark", False
+    else:
+        if not polarity.enabled:
+            polarity.value = grey_choice
+        polarity.enabled = True
+    return grey_choice
+
+
 def show_result(viewer, name: str, data, layer_type: str = "labels", **attributes):
     """Put a dock's result into the layer ``name``: its data and ``attributes`` (e.g. the image's
     transform) replace those of the layer of that name and type, else a new layer is added (a Labels
