@@ -98,6 +98,12 @@ def test_reopened_points_keep_the_nucleus_size(tmp_path):
     [path] = write_points(str(tmp_path / "p.csv"), np.array([[1.0, 2.0], [5.0, 6.0]]), attributes)
     [(_, read_attributes, _)] = get_reader(path)(path)
     assert read_attributes["size"] == pytest.approx(2 * 4.0 / 0.5)  # diameter in data pixels, not napari's 10
+    assert read_attributes["metadata"]["radius_estimated"] is False
+    attributes["metadata"].update(radius_estimate=4.0, radius_estimated=True)  # the Estimate button's value, used
+    [path] = write_points(str(tmp_path / "q.csv"), np.array([[1.0, 2.0], [5.0, 6.0]]), attributes)
+    assert "# radius_estimated: true" in open(path).read().splitlines()
+    [(_, read_attributes, _)] = get_reader(path)(path)
+    assert read_attributes["metadata"]["radius"] == 4.0 and read_attributes["metadata"]["radius_estimated"] is True
 
 
 def test_file_open_preselects_our_reader_for_our_csv(tmp_path):

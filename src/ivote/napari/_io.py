@@ -99,6 +99,7 @@ def read_points(path) -> list[tuple]:
         attributes.update(size=2.0 * float(radius) / scale[-1], face_color="transparent", border_width=0.12,
                           border_width_is_relative=True)
         attributes["metadata"]["radius"] = float(radius)
+        attributes["metadata"]["radius_estimated"] = _header_value(path, "radius_estimated") == "true"
     if table.scores is not None:
         colour = "border" if radius is not None else "face"
         attributes.update({"features": {"score": table.scores}, f"{colour}_color": "score",
@@ -151,6 +152,7 @@ def write_points(path: str, data, attributes: dict) -> list[str]:
         units=units or "pixel",
         times=times,
         radius=metadata.get("radius"),
+        radius_estimated=bool(metadata.get("radius_estimated", False)),
     )
     return [str(path)]
 
