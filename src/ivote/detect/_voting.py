@@ -174,16 +174,15 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       when their separability (between-class over total variance, Otsu's eta)
       is at least 0.75 (a single Gaussian gives 2/pi = 0.64) and the lower
       class holds at least 5 maxima (with fewer, a dim nucleus among a
-      handful of maxima can make it up, and 10 in all), among at least 50 maxima: in a
-      small image of a few dozen nuclei, their own brightness can fall in two
-      classes (17 nuclei of a 64² frame lost 8 to such a split), while the
-      texture it is meant for comes in hundreds of maxima. With fewer
-      maxima the split must also be a gap: the lower class's highest
-      contrast at least 2 times below the upper class's lowest (a few
-      noise or debris maxima of contrast 3-6 beside nuclei of 35-60, as
-      on dsb2018's images of a few large nuclei; a brightness spread among
-      nuclei is continuous). Not applied when ``min_contrast`` is 0 (no
-      contrast test) or the image is noiseless.
+      handful of maxima can make it up). Among fewer than 50 maxima (10 at
+      least) the classes must also lie apart, the lower class's highest
+      contrast at least 2 times below the upper class's lowest: the
+      brightness of a few dozen nuclei can fall in two classes that touch
+      (17 nuclei of a 64² frame lost 8 to a split by separability alone),
+      while a few noise or debris maxima of contrast 3-6 beside nuclei of
+      35-60 (dsb2018's images of a few large nuclei) lie apart. Not applied
+      when ``min_contrast`` is 0 (no contrast test) or the image is
+      noiseless.
     * Score, no contrast split: the lower of Otsu's threshold of the log
       scores of every local maximum (:func:`otsu_threshold`) and 0.3 times
       the median score of the maxima above it that pass the contrast test
@@ -279,8 +278,10 @@ def _auto_contrast_floor(measurable, min_contrast) -> float:
             # Otsu's classes are whole histogram bins: split at the upper edge of its bin
             split = _threshold_otsu(logs, first, last) + (last - first) / 512
             lower = logs < split
-            if np.sum(lower) >= _AUTO_MIN_CLASS and _separability(logs, split) >= _AUTO_SEPARABILITY and (
-                    len(logs) >= _AUTO_MIN_SPLIT_MAXIMA or logs[~lower].min() - logs[lower].max() >= math.log(_AUTO_MIN_GAP)):
+            clear = np.sum(lower) >= _AUTO_MIN_CLASS and _separability(logs, split) >= _AUTO_SEPARABILITY
+            if clear and len(logs) < _AUTO_MIN_SPLIT_MAXIMA:  # few maxima: the classes must lie apart
+                clear = logs[~lower].min() - logs[lower].max() >= math.log(_AUTO_MIN_GAP)
+            if clear:
                 floor = max(floor, float(np.exp(split)))
     return floor
 
