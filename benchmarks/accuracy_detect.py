@@ -9,7 +9,9 @@ Two radius settings, in one run, on the same images:
 * ``auto``: ``iterative_voting(radius="auto")``, the image alone.
 
 (``--modes dataset`` adds the earlier rule: one radius per dataset from
-meta.json.) 3D datasets are measured in the working spacing
+meta.json; ``auto*F``, e.g. ``auto*0.95,auto*1.05``, votes with F times the
+automatic radius, estimated by ``estimate_radius`` on the same signal (fixed
+stain vectors): does a small change of radius change the result?) 3D datasets are measured in the working spacing
 ``s_i = max(r) / r_i`` from meta.json's per-axis radii (the median nucleus
 becomes a sphere). A detection is correct within half the image's true median
 radius (one-to-one optimal matching).
@@ -47,7 +49,7 @@ import tifffile
 from scipy import ndimage as ndi
 
 from ivote._backend import backend_name, default_xp
-from ivote.detect import hematoxylin_density, iterative_voting
+from ivote.detect import estimate_radius, hematoxylin_density, iterative_voting
 from ivote.detect._radius import LARGEST_OVER_TYPICAL
 from ivote.metrics import match_points, pooled_precision_recall
 
@@ -127,6 +129,15 @@ def run_blob_log(image, meta, typical, spacing, stains=None):
     return default, otsu, every, scores
 
 
+def radius_of_mode(mode, image, typical_true, dataset_radius, ndim, spacing, polarity, backend):
+    """The voting radius of a radius setting (module docstring): a number, or 'auto'."""
+    if mode.startswith("auto*"):
+        estimate = estimate_radius(image, spacing=spacing, polarity=polarity, backend=backend)
+        return float(mode[len("auto*"):]) * estimate
+    return {"labels": RADIUS_FACTOR[ndim] * typical_true, "auto": "auto",
+            "dataset": RADIUS_FACTOR[ndim] * dataset_radius}[mode]
+
+
 def oracle_match(points, scores, centers, tol, spacing, max_thresholds=100):
     """The match at the score threshold that maximises this image's F1."""
     best = match_points(points[:0], centers, tolerance=tol, spacing=spacing)
@@ -174,7 +185,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-images", type=int, default=None)
     parser.add_argument("--every", type=int, default=1, help="every k-th image of each dataset (a subsample)")
     parser.add_argument("--offset", type=int, default=0, help="skip the first N images of each dataset (to resume a dump)")
-    parser.add_argument("--modes", default="labels,auto", help="radius settings: labels, auto, dataset")
+    parser.add_argument("--modes", default="labels,auto", help="radius settings: labels, auto, dataset, auto*F")
     parser.add_argument("--no-peer", action="store_true", help="skip blob_log")
     parser.add_argument("--dump", default=None, help="write each image's candidates (npz) here, for threshold studies")
     parser.add_argument("--stains", default="fixed", choices=["fixed", "auto"],
@@ -224,8 +235,7 @@ def main(argv=None) -> int:
             n_true += len(centers)
             for mode in modes:
                 tally = tallies[mode]
-                radius = {"labels": RADIUS_FACTOR[ndim] * typical_true, "auto": "auto",
-                          "dataset": RADIUS_FACTOR[ndim] * dataset_radius}[mode]
+                radius = radius_of_mode(mode, image, typical_true, dataset_radius, ndim, spacing, polarity, backend)
                 t0 = time.perf_counter()
                 found = iterative_voting(image, radius=radius, spacing=spacing, polarity=polarity, backend=backend,
                                          return_votes=args.dump is not None,

@@ -12,10 +12,11 @@ earlier default), ``reference`` (:func:`ivote.detect.reference_threshold`),
 ``auto`` (:func:`ivote.detect.auto_threshold`, the default) and its two parts
 alone: ``auto score`` (its score threshold, contrast >= 3) and ``otsu +
 contrast split`` (Otsu's score threshold, its contrast floor); ``auto
-before``: the rule before the texture branch (min(Otsu, 0.3 x the typical
-nucleus's score) even where the contrasts split); ``texture, any split``:
-the texture branch wherever the contrasts split, whatever the share of the
-lower class.
+09:40``: the default of 2026-11-24 09:40, before the rules for images of
+fewer than 50 maxima (no contrast split there at all, no score gap) and with
+Otsu's threshold at its histogram bin's centre. (The columns ``auto
+before`` and ``texture, any split`` of the earlier studies are in
+``benchmarks/results/detect_threshold.md``.)
 
 ``--errors`` adds, per dataset and radius setting, where the default rule's
 errors are (labels from ``--data``): false positives on the background,
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_detect import DEFAULT_DATA, oracle_match  # noqa: E402
 
 from ivote.detect import auto_threshold, otsu_threshold, reference_threshold  # noqa: E402
+from ivote.detect._voting import _separability, _threshold_otsu  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 MIN_CONTRAST = 3.0
@@ -65,26 +67,28 @@ def _otsu_contrast_split(scores, contrasts):
     return otsu_threshold(scores), auto_threshold(scores, contrasts, MIN_CONTRAST)[1]
 
 
-def _auto_before(scores, contrasts):
-    """``auto`` before the texture rule (2026-11-24 morning): min(Otsu, 0.3 x the typical
-    nucleus's score) whether or not the contrasts split."""
-    otsu = otsu_threshold(scores)
-    upper = scores[(contrasts >= MIN_CONTRAST) & (scores >= otsu)]
-    value = min(otsu, 0.3 * float(np.median(upper))) if len(upper) else otsu
-    return value, auto_threshold(scores, contrasts, MIN_CONTRAST)[1]  # the floor is unchanged
-
-
-def _texture_any_split(scores, contrasts):
-    """The texture branch wherever the contrasts split (no share condition)."""
-    value, floor = _auto_before(scores, contrasts)
-    if floor > MIN_CONTRAST:
-        upper = scores[(contrasts >= floor) & (scores >= otsu_threshold(scores))]
-        value = 0.4 * float(np.median(upper)) if len(upper) else value
+def _auto_0940(scores, contrasts):
+    """``auto`` of 2026-11-24 09:40: the contrast split only among at least 50 maxima (Otsu's
+    eta >= 0.75, at least 5 below), Otsu's score threshold at its bin's centre, no score gap."""
+    measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
+    floor = MIN_CONTRAST
+    if len(measurable) >= 50 and measurable.min() < measurable.max():
+        logs = np.log(measurable)
+        split = _threshold_otsu(logs) + (logs.max() - logs.min()) / 512
+        if np.sum(logs < split) >= 5 and _separability(logs, split) >= 0.75:
+            floor = max(floor, float(np.exp(split)))
+    value = otsu_threshold(scores)
+    textured = floor > MIN_CONTRAST and np.mean(measurable < floor) >= 1 / 6
+    upper = scores[(contrasts >= (floor if textured else MIN_CONTRAST)) & (scores >= value)]
+    if len(upper) and textured:
+        value = 0.4 * float(np.median(upper))
+    elif len(upper):
+        value = min(value, 0.3 * float(np.median(upper)))
     return value, floor
 
 
 RULES = {"otsu": _otsu, "reference": _reference, "auto score": _auto_score,
-         "otsu + contrast split": _otsu_contrast_split, "auto before": _auto_before, "texture, any split": _texture_any_split, "auto": _auto}
+         "otsu + contrast split": _otsu_contrast_split, "auto 09:40": _auto_0940, "auto": _auto}
 
 ERROR_KINDS = ("FP background", "FP off-centre", "FP second", "FN")
 

@@ -153,7 +153,7 @@ def test_features_array_used_instead_of_image(sample2d, found2d):
             return smoothed
 
     # the noise is measured on what is voted on (here smooth features), so compare without the contrast test
-    every = found2d.with_threshold("otsu", min_contrast=0)
+    every = found2d.with_threshold("auto", min_contrast=0)
     assert np.array_equal(detect(noise, radius=6, features=Provider(), min_contrast=0).points, every.points)
     with pytest.raises(ValueError, match="features"):
         detect(sample2d.image, radius=6, features=smoothed[:10])

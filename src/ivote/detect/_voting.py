@@ -87,16 +87,23 @@ def otsu_threshold(scores) -> float:
     and cells' scores spread with their contrast, so the two classes separate on
     a log scale; ``-inf`` (keep all) when there are fewer than two distinct scores.
     """
+    split = _log_otsu(scores)
+    return float("-inf") if split is None else float(np.exp(split[0]))
+
+
+def _log_otsu(scores):
+    """(Otsu's threshold of the log of the positive ``scores``, its histogram bin's width), or
+    None with fewer than two distinct positive scores."""
     scores = np.asarray(scores, dtype=np.float64)
     if len(scores) == 0 or not scores.min() > 0:
         scores = scores[scores > 0]
     if len(scores) == 0:
-        return float("-inf")
+        return None
     logs = np.log(scores)
     first, last = logs.min(), logs.max()
     if not first < last:  # fewer than two distinct scores
-        return float("-inf")
-    return float(np.exp(_threshold_otsu(logs, first, last)))
+        return None
+    return _threshold_otsu(logs, first, last), (last - first) / 256
 
 
 def _threshold_otsu(values, first=None, last=None) -> float:
@@ -152,7 +159,9 @@ _AUTO_TEXTURE_FRACTION = 0.4  # textured images: 0.35-0.45 alike on the evaluati
 _AUTO_TEXTURE_SHARE = 1 / 6  # share of the maxima below the contrast split that makes an image textured
 _AUTO_SEPARABILITY = 0.75
 _AUTO_MIN_CLASS = 5
-_AUTO_MIN_SPLIT_MAXIMA = 50  # fewer maxima: no contrast split (brightness varies among a few nuclei)
+_AUTO_MIN_SPLIT_MAXIMA = 50  # fewer maxima: class statistics are not trusted, only gaps (below)
+_AUTO_MIN_GAP = 2.0  # ... a contrast split, or a score gap, between classes at least this factor wide
+_AUTO_GAP_LOWEST = 0.1  # the score gap's upper side scores at least this fraction of the typical nucleus
 
 
 def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
@@ -165,11 +174,15 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       when their separability (between-class over total variance, Otsu's eta)
       is at least 0.75 (a single Gaussian gives 2/pi = 0.64) and the lower
       class holds at least 5 maxima (with fewer, a dim nucleus among a
-      handful of maxima can make it up), among at least 50 maxima: in a
-      small image of a few dozen nuclei, their own brightness can fall in two
-      classes (17 nuclei of a 64² frame lost 8 to such a split), while the
-      texture it is meant for comes in hundreds of maxima. Not applied when
-      ``min_contrast`` is 0 (no contrast test) or the image is noiseless.
+      handful of maxima can make it up). Among fewer than 50 maxima (10 at
+      least) the classes must also lie apart, the lower class's highest
+      contrast at least 2 times below the upper class's lowest: the
+      brightness of a few dozen nuclei can fall in two classes that touch
+      (17 nuclei of a 64² frame lost 8 to a split by separability alone),
+      while a few noise or debris maxima of contrast 3-6 beside nuclei of
+      35-60 (dsb2018's images of a few large nuclei) lie apart. Not applied
+      when ``min_contrast`` is 0 (no contrast test) or the image is
+      noiseless.
     * Score, no contrast split: the lower of Otsu's threshold of the log
       scores of every local maximum (:func:`otsu_threshold`) and 0.3 times
       the median score of the maxima above it that pass the contrast test
@@ -179,7 +192,17 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       into them; a maximum scoring within about three times of the typical
       nucleus is kept in any case (the argument of
       :func:`reference_threshold`, taken on Otsu's upper class so that a few
-      nuclei among many background maxima still set it).
+      nuclei among many background maxima still set it). Otsu's classes
+      are whole histogram bins, so the threshold is its bin's upper edge
+      (at the bin's centre, a maximum inside the bin was kept or not by
+      rounding). Fewer than 50 maxima: at most the middle (in log score)
+      of the widest gap, if at least a factor 2, between the scores of
+      the maxima passing the floor, from a tenth of the typical score up
+      to it: from a handful of values Otsu's criterion weighs class sizes
+      more than separation, and cuts off the dimmest nucleus with a
+      single background maximum (qcanet3d: 8 nuclei scoring 146-1240 and
+      one maximum at 32; Otsu's split fell between 32 and 146 or between
+      146 and 407 as the radius moved by 2%).
     * Score, in a textured image (stroma and chromatin of H&E: a contrast
       split whose lower class holds at least a sixth of the maxima): 0.4
       times the median score of the maxima above Otsu's threshold that pass
@@ -188,7 +211,8 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
       score like a nucleus (within 2.5 times of the typical one) rather than
       merely above the background. A split with a small lower class (a few
       dim nuclei or debris among bright nuclei, 5-13% of the maxima on the
-      fluorescence images) is not texture: the first score rule applies.
+      fluorescence images) is not texture, nor is a split among fewer than
+      50 maxima: the first score rule applies.
 
     Returns ``(score_threshold, contrast_floor)``; the floor is at least
     ``min_contrast``. Chosen on every image of the evaluation data against a
@@ -207,27 +231,57 @@ def auto_threshold(scores: ArrayLike, contrasts: ArrayLike,
     contrasts = np.asarray(contrasts, dtype=np.float64)
     measurable = contrasts[np.isfinite(contrasts) & (contrasts > 0)]
     floor = _auto_contrast_floor(measurable, min_contrast)
-    value = otsu_threshold(scores)
-    textured = floor > min_contrast and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE
+    value = _otsu_class_edge(scores)
+    textured = (floor > min_contrast and len(measurable) >= _AUTO_MIN_SPLIT_MAXIMA
+                and np.mean(measurable < floor) >= _AUTO_TEXTURE_SHARE)
     upper = scores[(contrasts >= (floor if textured else min_contrast)) & (scores >= value)]
     if len(upper) and textured:  # a fraction of the typical nucleus's score
         value = float(_AUTO_TEXTURE_FRACTION * np.median(upper))
     elif len(upper):
-        value = min(value, float(_AUTO_TYPICAL_FRACTION * np.median(upper)))
+        typical = float(np.median(upper))
+        value = min(value, _AUTO_TYPICAL_FRACTION * typical)
+        if len(scores) < _AUTO_MIN_SPLIT_MAXIMA:
+            value = min(value, _widest_score_gap(scores[contrasts >= floor], typical))
     return value, floor
+
+
+def _otsu_class_edge(scores) -> float:
+    """:func:`otsu_threshold` moved to the upper edge of its histogram bin: the score between
+    Otsu's two classes (the bin belongs to the lower one)."""
+    split = _log_otsu(scores)
+    return float("-inf") if split is None else float(np.exp(split[0] + split[1] / 2))
+
+
+def _widest_score_gap(scores, typical: float) -> float:
+    """The geometric middle of the widest gap between consecutive ``scores`` at most ``typical``
+    whose upper score is at least ``_AUTO_GAP_LOWEST`` x ``typical``; inf when none is at least
+    ``_AUTO_MIN_GAP`` wide."""
+    ordered = np.sort(scores[(scores > 0) & (scores <= typical)])
+    if len(ordered) < 2:
+        return float("inf")
+    logs = np.log(ordered)
+    widths = np.where(ordered[1:] >= _AUTO_GAP_LOWEST * typical, np.diff(logs), -np.inf)
+    k = int(np.argmax(widths))
+    if not widths[k] >= math.log(_AUTO_MIN_GAP):
+        return float("inf")
+    return float(np.exp((logs[k] + logs[k + 1]) / 2))
 
 
 def _auto_contrast_floor(measurable, min_contrast) -> float:
     """:func:`auto_threshold`'s contrast floor: Otsu's split of the log contrasts when it is clear
     (``measurable``: the finite, positive contrasts)."""
     floor = float(min_contrast)
-    if min_contrast > 0 and len(measurable) >= _AUTO_MIN_SPLIT_MAXIMA:
+    if min_contrast > 0 and len(measurable) >= 2 * _AUTO_MIN_CLASS:
         logs = np.log(measurable)
         first, last = logs.min(), logs.max()
         if first < last:
             # Otsu's classes are whole histogram bins: split at the upper edge of its bin
             split = _threshold_otsu(logs, first, last) + (last - first) / 512
-            if np.sum(logs < split) >= _AUTO_MIN_CLASS and _separability(logs, split) >= _AUTO_SEPARABILITY:
+            lower = logs < split
+            clear = np.sum(lower) >= _AUTO_MIN_CLASS and _separability(logs, split) >= _AUTO_SEPARABILITY
+            if clear and len(logs) < _AUTO_MIN_SPLIT_MAXIMA:  # few maxima: the classes must lie apart
+                clear = logs[~lower].min() - logs[lower].max() >= math.log(_AUTO_MIN_GAP)
+            if clear:
                 floor = max(floor, float(np.exp(split)))
     return floor
 
