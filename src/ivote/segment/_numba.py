@@ -185,30 +185,30 @@ def _accumulate_box(box, image, valid, hc, h, inv_eps):
 
 # -- one iteration ---------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, valid, frozen, coef, hc,
+def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, valid, frozen, box, coef, hc,
           sums_out, update):
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
-    phi, out, image_box, psi, hc: (N, bz, by, bx); valid, frozen: (N, bz, by, bx) bool, the cell
-    lies in the image; it is a box border or outside the image (it keeps its value); canvas:
-    (iz, iy, ix), the compact Heavisides of phi summed over objects (from :func:`_canvas`), hc
-    those of phi on entry and of out on return; sums_in / sums_out (N, 2) float64: sum of
-    H(phi) I and of H(phi) over valid cells, of phi and of out; origins (N, 3).
+    phi, out, image_box, psi, hc: (N, cells) float32, each row a box of shape ``box`` (bz, by,
+    bx) flattened; valid, frozen: (N, cells) bool, the cell lies in the image; it is a box border
+    or outside the image (it keeps its value); canvas: (iz, iy, ix), the compact Heavisides of
+    phi summed over objects (from :func:`_canvas`), hc those of phi on entry and of out on
+    return; sums_in / sums_out (N, 2) float64: sum of H(phi) I and of H(phi) over valid cells,
+    of phi and of out; origins (N, 3).
     """
-    n, bz, by, bx = phi.shape
+    cells = phi.shape[1]
+    bz, by, bx = box[0], box[1], box[2]
     iz, iy, ix = canvas.shape
     plane = by * bx
-    cells = bz * plane
     z_step = plane if bz > 1 else 0  # a 2D box: z neighbours 0 apart, so the z terms vanish
     inv_eps = coef[12]
-    boxes = (phi.reshape(n, cells), out.reshape(n, cells), image_box.reshape(n, cells), psi.reshape(n, cells),
-             hc.reshape(n, cells))
-    masks = (valid.reshape(n, cells), frozen.reshape(n, cells))
     # the other objects' overlap at each cell of one box (cells outside the image keep stale
     # values: they are frozen), then the scratch of the region sums
-    overlap = np.zeros(cells, dtype=np.float32)
+    overlap = np.empty(cells, dtype=np.float32)
+    for c in range(cells):
+        overlap[c] = _ZERO
     for obj in range(first, last):
-        src, dst, image, psi_box, hc_box = boxes[0][obj], boxes[1][obj], boxes[2][obj], boxes[3][obj], boxes[4][obj]
+        src, dst, image, psi_box, hc_box = phi[obj], out[obj], image_box[obj], psi[obj], hc[obj]
         if update:
             s_hi = F32(sums_in[obj, 0])
             s_h = F32(sums_in[obj, 1])
@@ -234,21 +234,22 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
                             cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
             # every cell but the first and last plane (3D) and row, then the frozen ones put back
             _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
-            keep = masks[1][obj]
+            keep = frozen[obj]
             for c in range(cells):
                 if keep[c]:
                     dst[c] = src[c]
         else:
             for c in range(cells):
                 dst[c] = src[c]
-        sums_out[obj, 0], sums_out[obj, 1] = _accumulate_box(dst, image, masks[0][obj], hc_box, overlap, inv_eps)
+        sums_out[obj, 0], sums_out[obj, 1] = _accumulate_box(dst, image, valid[obj], hc_box, overlap, inv_eps)
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
+def _canvas(first, last, hc, origins, box, line_start, line_objects, canvas):
     """canvas[pixel] = sum over the boxes covering it of hc (their valid cells), on image lines
-    first..last (lines run in parallel), each line's covering boxes from the CSR lists."""
-    n, bz, by, bx = hc.shape
+    first..last (lines run in parallel), each line's covering boxes from the CSR lists; hc
+    (N, cells), boxes of shape ``box`` flattened."""
+    by, bx = box[1], box[2]
     iz, iy, ix = canvas.shape
     for line in range(first, last):
         start, stop = line_start[line], line_start[line + 1]
@@ -266,7 +267,8 @@ def _canvas(first, last, hc, origins, line_start, line_objects, canvas):
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
             target = row[ox + lo:ox + hi]
-            src = hc[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            base = ((gz - origins[obj, 0]) * by + gy - origins[obj, 1]) * bx
+            src = hc[obj, base + lo:base + hi]
             for x in range(hi - lo):
                 target[x] += src[x]
 
@@ -288,10 +290,11 @@ def _line_lists(origins, box, image):
 
 # -- labels ----------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
+def _labels(first, last, phi, origins, box, line_start, line_objects, labels, best):
     """Each pixel of image lines first..last to the object with the largest positive level set
-    (ties: the higher label); labels and best start at 0."""
-    n, bz, by, bx = phi.shape
+    (ties: the higher label); labels and best start at 0; phi (N, cells), boxes of shape
+    ``box`` flattened."""
+    by, bx = box[1], box[2]
     iz, iy, ix = labels.shape
     for line in range(first, last):
         gz, gy = line // iy, line % iy
@@ -299,7 +302,8 @@ def _labels(first, last, phi, origins, line_start, line_objects, labels, best):
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            src = phi[obj, gz - origins[obj, 0], gy - origins[obj, 1], lo:hi]
+            base = ((gz - origins[obj, 0]) * by + gy - origins[obj, 1]) * bx
+            src = phi[obj, base + lo:base + hi]
             best_row, label_row = best[gz, gy, ox + lo:ox + hi], labels[gz, gy, ox + lo:ox + hi]
             for x in range(hi - lo):
                 v = src[x]
@@ -349,106 +353,113 @@ def _envelope(f, n, h, out, v, bounds):
         out[q] = d * d + f[v[k]]
 
 
-@njit(cache=True, error_model="numpy")
-def _edt_box(inside, spacing, g):
-    """Squared distances (physical) within one box: g[0] from inside cells to the nearest
-    outside cell, g[1] from outside cells to the nearest inside cell (0 on the cells of the
-    other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z,
-    through one line loop (strided views of the flattened box; one envelope to compile)."""
-    bz, by, bx = inside.shape
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+def _edt_box(inside, box, spacing, g, f, result, sites, bounds):
+    """Squared distances (physical) within one flattened box of shape ``box``: g[:cells] from
+    inside cells to the nearest outside cell, g[cells:] from outside cells to the nearest inside
+    cell (0 on the cells of the other kind, _EDT_INF when there is none): the lower envelope
+    along x, then y, then z, through one line loop (strided lines of the flattened box; one
+    envelope to compile). f, result, sites, bounds: scratch of the longest side (+1)."""
+    bz, by, bx = box[0], box[1], box[2]
     cells = bz * by * bx
-    flat_inside = inside.ravel()
-    longest = max(max(bx, by), bz)
-    f = np.empty(longest)
-    result = np.empty(longest)
-    sites = np.empty(longest, dtype=np.int64)
-    bounds = np.empty(longest + 1)
     for kind in range(2):
-        distances = g[kind].ravel()
+        offset = kind * cells
         for c in range(cells):
-            distances[c] = _EDT_INF if flat_inside[c] == (kind == 0) else 0.0
+            g[offset + c] = _EDT_INF if inside[c] == (kind == 0) else 0.0
         for axis in range(2, -1, -1):  # x, y, z: the order of the sums of squares
             length = bx if axis == 2 else (by if axis == 1 else bz)
             stride = 1 if axis == 2 else (bx if axis == 1 else by * bx)
             if length == 1:
                 continue
             for line in range(cells // length):
-                base = (line // stride) * stride * length + line % stride
+                base = offset + (line // stride) * stride * length + line % stride
                 for i in range(length):
-                    f[i] = distances[base + i * stride]
+                    f[i] = g[base + i * stride]
                 _envelope(f, length, spacing[axis], result, sites, bounds)
                 for i in range(length):
-                    distances[base + i * stride] = result[i]
+                    g[base + i * stride] = result[i]
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _reinitialise(first, last, phi, origins, image_shape, spacing, clip, out, any_inside):
+def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, out, any_inside):
     """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
     inside cells d_in - 1/2, outside -(min(d_out, clip) - 1/2), cells with an axis neighbour
-    (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|."""
-    n, bz, by, bx = phi.shape
+    (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|.
+    phi, out: (N, cells) float32, boxes of shape ``box`` flattened."""
+    cells = phi.shape[1]
+    bz, by, bx = box[0], box[1], box[2]
     iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
     three_d = bz > 1
     clip32 = F32(clip)
     step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
-    inside = np.empty((bz, by, bx), dtype=np.bool_)  # one box at a time
-    flat_inside = inside.ravel()
-    g = np.empty((2, bz, by, bx))
+    inside = np.empty(cells, dtype=np.bool_)  # one box at a time
+    g = np.empty(2 * cells)
+    longest = max(max(bx, by), bz)
+    f = np.empty(longest)
+    result = np.empty(longest)
+    sites = np.empty(longest, dtype=np.int64)
+    bounds = np.empty(longest + 1)
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        for c in range(bz * by * bx):
-            flat_inside[c] = False
+        box_phi = phi[obj]
+        for c in range(cells):
+            inside[c] = False
         found = False
+        lo, hi = _valid_x(ox, bx, ix)
         for z in range(bz):
             for y in range(by):
                 if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
                     continue
-                lo, hi = _valid_x(ox, bx, ix)
+                row = (z * by + y) * bx
                 for x in range(lo, hi):
-                    if phi[obj, z, y, x] > _ZERO:
-                        inside[z, y, x] = True
+                    if box_phi[row + x] > _ZERO:
+                        inside[row + x] = True
                         found = True
         any_inside[obj] = found
-        _edt_box(inside, spacing, g)
-        box = phi[obj]
+        _edt_box(inside, box, spacing, g, f, result, sites, bounds)
+        target = out[obj]
         for z in range(bz):
             zl, zh = max(z - 1, 0), min(z + 1, bz - 1)
             for y in range(by):
                 yl, yh = max(y - 1, 0), min(y + 1, by - 1)
+                row = (z * by + y) * bx
+                north, south = (z * by + yl) * bx, (z * by + yh) * bx
+                down, up = (zl * by + y) * bx, (zh * by + y) * bx
                 for x in range(bx):
                     xl, xh = max(x - 1, 0), min(x + 1, bx - 1)
-                    me = inside[z, y, x]
-                    value = box[z, y, x]
+                    c = row + x
+                    me = inside[c]
+                    value = box_phi[c]
                     if me:
-                        sdf = F32(np.sqrt(g[0, z, y, x])) - _HALF
+                        sdf = F32(np.sqrt(g[c])) - _HALF
                     else:
-                        sdf = -(min(F32(np.sqrt(g[1, z, y, x])), clip32) - _HALF)
-                    gx = (box[z, y, xh] - box[z, y, xl]) / step[2]
-                    gy = (box[z, yh, x] - box[z, yl, x]) / step[1]
+                        sdf = -(min(F32(np.sqrt(g[cells + c])), clip32) - _HALF)
+                    gx = (box_phi[row + xh] - box_phi[row + xl]) / step[2]
+                    gy = (box_phi[south + x] - box_phi[north + x]) / step[1]
                     grad2 = gy * gy + gx * gx
-                    near = (inside[z, y, xl] != me or inside[z, y, xh] != me
-                            or inside[z, yl, x] != me or inside[z, yh, x] != me)
+                    near = (inside[row + xl] != me or inside[row + xh] != me
+                            or inside[north + x] != me or inside[south + x] != me)
                     if three_d:
-                        gz = (box[zh, y, x] - box[zl, y, x]) / step[0]
+                        gz = (box_phi[up + x] - box_phi[down + x]) / step[0]
                         grad2 = gz * gz + grad2
-                        near = near or inside[zl, y, x] != me or inside[zh, y, x] != me
+                        near = near or inside[down + x] != me or inside[up + x] != me
                     if near:
                         sub = min(max(value / max(np.sqrt(grad2), F32(0.1)), -_ONE), _ONE)
-                        out[obj, z, y, x] = max(sub, F32(1e-3)) if me else min(sub, F32(-1e-3))
+                        target[c] = max(sub, F32(1e-3)) if me else min(sub, F32(-1e-3))
                     else:
-                        out[obj, z, y, x] = sdf
+                        target[c] = sdf
 
 
 # -- the shape prior -------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _moments(first, last, phi, origins, image_shape, spacing, moments):
+def _moments(first, last, phi, origins, box, image_shape, spacing, moments):
     """Per object first..last, sums over its inside cells (phi > 0, in the image) of
     [1, r_j, r_j r_k (j <= k)], r the box-centred physical position (z, y, x; 2D boxes use y, x),
-    float64, into ``moments`` (n, m)."""
-    n, bz, by, bx = phi.shape
+    float64, into ``moments`` (n, m); phi (N, cells), boxes of shape ``box`` flattened."""
+    bz, by, bx = box[0], box[1], box[2]
     iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
-    ndim = 3 if bz > 1 else 2
     m = moments.shape[1]
+    ndim = 3 if m == 10 else 2  # m = 1 + ndim + ndim (ndim + 1) / 2
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
         acc = moments[obj]  # (element-wise: an array assignment would compile its error messages)
@@ -459,8 +470,9 @@ def _moments(first, last, phi, origins, image_shape, spacing, moments):
                 if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
                     continue
                 lo, hi = _valid_x(ox, bx, ix)
+                row = (z * by + y) * bx
                 for x in range(lo, hi):
-                    if not phi[obj, z, y, x] > _ZERO:
+                    if not phi[obj, row + x] > _ZERO:
                         continue
                     r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
                          (x - 0.5 * (bx - 1)) * spacing[2])
@@ -483,21 +495,20 @@ def _grid_coordinate(u, extent, inv_step, top, t):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
+def _prior(first, last, pose, templates, box, spacing, extent, ndim, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
     multilinear interpolation of mean + sum_k w_k mode_k on the canonical grid (clamped), times s.
     templates: (1 + K, T**ndim). The object's mode weights are applied once per grid node (the
     same products and order as prior_sdf's per tap), then the same taps in the same order: one
     loop over the 2**ndim corners for 2D and 3D (the products in the order of the unrolled
-    bilinear and trilinear sums)."""
-    n, bz, by, bx = psi.shape
+    bilinear and trilinear sums). psi (N, cells), boxes of shape ``box`` flattened."""
+    bz, by, bx = box[0], box[1], box[2]
     nodes = templates.shape[1]
     t = int(round(nodes ** (1.0 / ndim)))
     n_modes = templates.shape[0] - 1
     inv_step = F32((t - 1) / (2.0 * extent))
     extent32 = F32(extent)
     top = F32(t - 1)
-    box = (bz, by, bx)
     shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
     rel = np.empty((3, max(max(bz, by), bx)), dtype=np.float32)
     low = np.empty(3, dtype=np.int64)
@@ -534,7 +545,7 @@ def _prior(first, last, pose, templates, spacing, extent, ndim, psi):
                             weight = weight * (frac[i] if b else _ONE - frac[i])
                             node = node * t + low[i] + b
                         value = value + weight * shape[node]
-                    psi[obj, z, y, x] = value * scale
+                    psi[obj, (z * by + y) * bx + x] = value * scale
 
 
 # -- the driver's interface ------------------------------------------------------------------------
@@ -554,7 +565,8 @@ def _coefficients(batch) -> np.ndarray:
 class NumbaStepper:
     """Advance a :class:`~._segment.Batch` with the Numba kernels: ``prior(fit(phi))`` once per
     block, then ``run(phi, count)``; ``reinitialise(phi, clip)`` and ``labels(phi)`` between and after.
-    Arrays stay (N, *box) on the outside; inside, 2D boxes are (N, 1, by, bx)."""
+    Arrays stay (N, *box) on the outside; inside, every box is one flattened row (N, cells) of a
+    (bz, by, bx) box, 2D boxes with bz = 1."""
 
     def __init__(self, batch, *, block_length: int = 0, **_):
         self.batch = batch
@@ -562,41 +574,41 @@ class NumbaStepper:
         self.ndim = ndim
         n = batch.valid.shape[0]
         self.box3 = (1,) * (3 - ndim) + tuple(batch.box_shape)
-        self.image3 = (1,) * (3 - ndim) + tuple(batch.image_shape)
+        self.box = np.array(self.box3, dtype=np.int64)
+        self.image3 = np.array((1,) * (3 - ndim) + tuple(batch.image_shape), dtype=np.int64)
         self.spacing3 = np.array((1.0,) * (3 - ndim) + tuple(batch.spacing), dtype=np.float64)
         self.coef = _coefficients(batch)
         origins = np.zeros((n, 3), dtype=np.int64)
         origins[:, 3 - ndim:] = np.asarray(batch.origins)
         self.origins = origins
-        self.line_start, self.line_objects = _line_lists(origins, np.array(self.box3), np.array(self.image3))
-        shape4 = (n,) + self.box3
-        self.image_box = np.ascontiguousarray(batch.image_box, dtype=np.float32).reshape(shape4)
+        self.line_start, self.line_objects = _line_lists(origins, self.box, self.image3)
+        shape2 = (n, int(np.prod(self.box3)))
+        self.image_box = np.ascontiguousarray(batch.image_box, dtype=np.float32).reshape(shape2)
         self.region_consts = np.ascontiguousarray(np.stack([batch.sum_image, batch.n_valid], axis=1), dtype=np.float32)
-        self.valid = np.ascontiguousarray(batch.valid, dtype=np.bool_).reshape(shape4)
-        self.frozen = np.ascontiguousarray(batch.frozen, dtype=np.bool_).reshape(shape4)
-        self.psi = np.zeros(shape4, dtype=np.float32)
-        self.hc = np.zeros(shape4, dtype=np.float32)
-        self.canvas = np.zeros(self.image3, dtype=np.float32)
+        self.valid = np.ascontiguousarray(batch.valid, dtype=np.bool_).reshape(shape2)
+        self.frozen = np.ascontiguousarray(batch.frozen, dtype=np.bool_).reshape(shape2)
+        self.psi = np.zeros(shape2, dtype=np.float32)
+        self.hc = np.zeros(shape2, dtype=np.float32)
+        self.canvas = np.zeros(tuple(self.image3), dtype=np.float32)
         self.sums = [np.zeros((n, 2)), np.zeros((n, 2))]
         self.prior_model = batch.prior
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
 
     def _boxes(self, phi):
-        return np.ascontiguousarray(phi, dtype=np.float32).reshape((phi.shape[0],) + self.box3)
+        return np.ascontiguousarray(phi, dtype=np.float32).reshape(phi.shape[0], -1)
 
     def fit(self, phi):
         """Every object's pose, scale and mode weights from its mask (as _shape_prior.fit_poses)."""
         boxes = self._boxes(phi)
-        ndim = 3 if boxes.shape[1] > 1 else 2
-        moments = np.zeros((len(boxes), 1 + ndim + ndim * (ndim + 1) // 2))
+        moments = np.zeros((len(boxes), 1 + self.ndim + self.ndim * (self.ndim + 1) // 2))
         with numba_lock:
-            for_ranges(_moments, len(boxes), boxes, self.origins, np.array(self.image3), self.spacing3, moments)
+            for_ranges(_moments, len(boxes), boxes, self.origins, self.box, self.image3, self.spacing3, moments)
         return poses_from_moments(moments, self.batch.spacing, self.prior_model, np)
 
     def prior(self, pose):
         """Evaluate every object's fitted prior on its box into ``self.psi`` (read by the step)."""
         with numba_lock:
-            for_ranges(_prior, len(self.psi), np.ascontiguousarray(pose, dtype=np.float32), self.templates,
+            for_ranges(_prior, len(self.psi), np.ascontiguousarray(pose, dtype=np.float32), self.templates, self.box,
                        self.spacing3, float(self.prior_model.extent), self.ndim, self.psi)
         return self.psi.reshape(self.batch.valid.shape)
 
@@ -606,15 +618,15 @@ class NumbaStepper:
         scratch = np.empty_like(current)
         sums_in, sums_out = self.sums
         args = (self.image_box, self.psi, self.canvas)
-        masks = (self.valid, self.frozen)
+        masks = (self.valid, self.frozen, self.box)
         with numba_lock:  # one block of iterations at a time (see _backend.numba_lock)
             # prime: the compact Heavisides and region sums of phi, then their canvas
-            n, lines = len(current), self.image3[0] * self.image3[1]
+            n, lines = len(current), int(self.image3[0] * self.image3[1])
             for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, *masks, self.coef,
                        self.hc, sums_in, False)
             for _ in range(count):
-                for_ranges(_canvas, lines, self.hc, self.origins, self.line_start, self.line_objects, self.canvas,
-                           grain=16)
+                for_ranges(_canvas, lines, self.hc, self.origins, self.box, self.line_start, self.line_objects,
+                           self.canvas, grain=16)
                 for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, *masks,
                            self.coef, self.hc, sums_out, True)
                 current, scratch = scratch, current
@@ -627,7 +639,7 @@ class NumbaStepper:
         out = np.empty_like(boxes)
         any_inside = np.zeros(boxes.shape[0], dtype=np.bool_)
         with numba_lock:
-            for_ranges(_reinitialise, len(boxes), boxes, self.origins, np.array(self.image3), self.spacing3,
+            for_ranges(_reinitialise, len(boxes), boxes, self.origins, self.box, self.image3, self.spacing3,
                        float(clip), out, any_inside)
         if not any_inside.any():
             out[...] = -np.float32(clip)
@@ -635,9 +647,9 @@ class NumbaStepper:
 
     def labels(self, phi):
         """Each pixel to the object with the largest positive level set (ties: higher label)."""
-        labels = np.zeros(self.image3, dtype=np.int32)
-        best = np.zeros(self.image3, dtype=np.float32)
+        labels = np.zeros(tuple(self.image3), dtype=np.int32)
+        best = np.zeros(tuple(self.image3), dtype=np.float32)
         with numba_lock:
-            for_ranges(_labels, self.image3[0] * self.image3[1], self._boxes(phi), self.origins, self.line_start,
-                       self.line_objects, labels, best, grain=16)
+            for_ranges(_labels, int(self.image3[0] * self.image3[1]), self._boxes(phi), self.origins, self.box,
+                       self.line_start, self.line_objects, labels, best, grain=16)
         return labels.reshape(self.batch.image_shape)
