@@ -495,22 +495,22 @@ def _grid_coordinate(u, extent, inv_step, top, t):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _prior(first, last, pose, templates, box, spacing, extent, ndim, psi):
+def _prior(first, last, pose, templates, box, spacing, extent, ndim, t, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
     multilinear interpolation of mean + sum_k w_k mode_k on the canonical grid (clamped), times s.
-    templates: (1 + K, T**ndim). The object's mode weights are applied once per grid node (the
+    templates: (1 + K, t**ndim), t nodes per axis. The object's mode weights are applied once per grid node (the
     same products and order as prior_sdf's per tap), then the same taps in the same order: one
     loop over the 2**ndim corners for 2D and 3D (the products in the order of the unrolled
     bilinear and trilinear sums). psi (N, cells), boxes of shape ``box`` flattened."""
     bz, by, bx = box[0], box[1], box[2]
     nodes = templates.shape[1]
-    t = int(round(nodes ** (1.0 / ndim)))
     n_modes = templates.shape[0] - 1
     inv_step = F32((t - 1) / (2.0 * extent))
     extent32 = F32(extent)
     top = F32(t - 1)
     shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
-    rel = np.empty((3, max(max(bz, by), bx)), dtype=np.float32)
+    longest = max(max(bz, by), bx)
+    rel = np.empty(3 * longest, dtype=np.float32)
     low = np.empty(3, dtype=np.int64)
     frac = np.empty(3, dtype=np.float32)
     for obj in range(first, last):
@@ -521,11 +521,11 @@ def _prior(first, last, pose, templates, box, spacing, extent, ndim, psi):
             for k in range(n_modes):
                 tap = tap + p[ndim + ndim * ndim + 1 + k] * templates[1 + k, node]
             shape[node] = tap
-        # rel[i, position]: physical coordinate along box axis i, minus the object's centre
+        # rel[i * longest + position]: physical coordinate along box axis i, minus the object's centre
         for i in range(ndim):
             a = 3 - ndim + i
             for position in range(box[a]):
-                rel[i, position] = (F32(position) - F32((box[a] - 1) / 2)) * F32(spacing[a]) - p[i]
+                rel[i * longest + position] = (F32(position) - F32((box[a] - 1) / 2)) * F32(spacing[a]) - p[i]
         r = p[ndim:ndim + ndim * ndim]
         for z in range(bz):
             for y in range(by):
@@ -534,7 +534,7 @@ def _prior(first, last, pose, templates, box, spacing, extent, ndim, psi):
                     for i in range(ndim):  # u_i = (R^T rel)_i / s, then its grid node and fraction
                         u = _ZERO
                         for j in range(ndim):
-                            u = u + r[j * ndim + i] * rel[j, cell[3 - ndim + j]]
+                            u = u + r[j * ndim + i] * rel[j * longest + cell[3 - ndim + j]]
                         low[i], frac[i] = _grid_coordinate(u / scale, extent32, inv_step, top, t)
                     value = _ZERO
                     for corner in range(1 << ndim):  # the first axis is the corner's highest bit
@@ -609,7 +609,7 @@ class NumbaStepper:
         """Evaluate every object's fitted prior on its box into ``self.psi`` (read by the step)."""
         with numba_lock:
             for_ranges(_prior, len(self.psi), np.ascontiguousarray(pose, dtype=np.float32), self.templates, self.box,
-                       self.spacing3, float(self.prior_model.extent), self.ndim, self.psi)
+                       self.spacing3, float(self.prior_model.extent), self.ndim, self.prior_model.grid_size, self.psi)
         return self.psi.reshape(self.batch.valid.shape)
 
     def run(self, phi, count: int):
