@@ -61,7 +61,8 @@ def _ellipse_sdf(semi_axes: np.ndarray, grid_size: int, extent: float, supersamp
 
 @functools.lru_cache(maxsize=2)
 def train_shape_prior(ndim: int, *, n_training: int = N_TRAINING, axis_sigma: float = 0.15, seed: int = 0) -> ShapePrior:
-    """Train the shape space from ``n_training`` Gaussian-varied ellipses (memoized).
+    """Train the shape space from ``n_training`` Gaussian-varied ellipses (memoized, and kept on
+    disk per machine by ``ivote._disk_cache``: the 3D training costs about a second).
 
     Examples
     --------
@@ -69,6 +70,15 @@ def train_shape_prior(ndim: int, *, n_training: int = N_TRAINING, axis_sigma: fl
     >>> prior.templates.shape
     (3, 41, 41)
     """
+    from .._disk_cache import cached_arrays
+
+    key = dict(ndim=int(ndim), n_training=int(n_training), axis_sigma=float(axis_sigma), seed=int(seed))
+    arrays = cached_arrays("shape_prior", key, __file__, lambda: _train(**key)._asdict())
+    return ShapePrior(arrays["templates"], arrays["sigma"], arrays["regression"], float(arrays["extent"]))
+
+
+def _train(ndim: int, n_training: int, axis_sigma: float, seed: int) -> ShapePrior:
+    """The training of :func:`train_shape_prior`, uncached."""
     grid_size = 41 if ndim == 2 else 25
     rng = np.random.default_rng(seed)
     axes = np.clip(1.0 + axis_sigma * rng.normal(size=(n_training, ndim)), 0.55, 1.45)
