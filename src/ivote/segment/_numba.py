@@ -15,7 +15,7 @@ sooner than ``parallel=True`` loops), so no two threads write the same cell:
   cover it, so the scatter of overlapping boxes needs no atomics;
 * :func:`_reinitialise` (exact separable distance transforms of every box, as
   ``ivote_levelset_edt_*``), :func:`_moments` and :func:`_prior` (the shape prior's fit and
-  evaluation), :func:`_labels` (largest positive level set per pixel, over image lines).
+  evaluation); the labels (largest positive level set per pixel) are one NumPy pass.
 
 2D runs as 3D with one plane (``bz = 1``, z neighbours 0 apart so the z terms vanish): one
 compiled specialisation per kernel serves both. Arithmetic is float32 like the reference,
@@ -286,30 +286,6 @@ def _line_lists(origins, box, image):
     start = np.zeros(iz * iy + 1, dtype=np.int64)
     np.cumsum(np.bincount(lines, minlength=iz * iy), out=start[1:])
     return start, objects[order].astype(np.int64)
-
-
-# -- labels ----------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _labels(first, last, phi, origins, box, line_start, line_objects, labels, best):
-    """Each pixel of image lines first..last to the object with the largest positive level set
-    (ties: the higher label); labels and best start at 0; phi (N, cells), boxes of shape
-    ``box`` flattened."""
-    by, bx = box[1], box[2]
-    iz, iy, ix = labels.shape
-    for line in range(first, last):
-        gz, gy = line // iy, line % iy
-        for k in range(line_start[line], line_start[line + 1]):
-            obj = line_objects[k]
-            ox = origins[obj, 2]
-            lo, hi = _valid_x(ox, bx, ix)
-            base = ((gz - origins[obj, 0]) * by + gy - origins[obj, 1]) * bx
-            src = phi[obj, base + lo:base + hi]
-            best_row, label_row = best[gz, gy, ox + lo:ox + hi], labels[gz, gy, ox + lo:ox + hi]
-            for x in range(hi - lo):
-                v = src[x]
-                if v > _ZERO and v >= best_row[x]:
-                    best_row[x] = v
-                    label_row[x] = obj + 1
 
 
 # -- reinitialisation: exact distance transforms per box ------------------------------------------
@@ -646,10 +622,23 @@ class NumbaStepper:
         return out.reshape(self.batch.valid.shape)
 
     def labels(self, phi):
-        """Each pixel to the object with the largest positive level set (ties: higher label)."""
-        labels = np.zeros(tuple(self.image3), dtype=np.int32)
-        best = np.zeros(tuple(self.image3), dtype=np.float32)
-        with numba_lock:
-            for_ranges(_labels, int(self.image3[0] * self.image3[1]), self._boxes(phi), self.origins, self.box,
-                       self.line_start, self.line_objects, labels, best, grain=16)
+        """Each pixel to the object with the largest positive level set (ties: higher label): the
+        objects in ascending order, each taking the pixels of its box (in the image) where it is
+        positive and at least the best so far. In NumPy: one pass at the end, not worth a kernel
+        (each one costs compilation at the first call)."""
+        image = tuple(int(v) for v in self.image3)
+        labels = np.zeros(image, dtype=np.int32)
+        best = np.zeros(image, dtype=np.float32)
+        boxes = self._boxes(phi).reshape((-1,) + self.box3)
+        for obj, origin in enumerate(self.origins):
+            lo = [max(0, -int(o)) for o in origin]
+            hi = [min(b, i - int(o)) for b, i, o in zip(self.box3, image, origin)]
+            if any(h <= low for low, h in zip(lo, hi)):
+                continue
+            inside = tuple(slice(low, h) for low, h in zip(lo, hi))
+            placed = tuple(slice(int(o) + low, int(o) + h) for o, low, h in zip(origin, lo, hi))
+            value, best_here, label_here = boxes[obj][inside], best[placed], labels[placed]
+            take = (value > 0) & (value >= best_here)
+            best_here[take] = value[take]
+            label_here[take] = obj + 1
         return labels.reshape(self.batch.image_shape)
