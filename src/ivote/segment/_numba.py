@@ -25,9 +25,11 @@ sin(pi u), both within a few float32 ulps); sums over cells are float64.
 Compilation (paid once per machine, at the first segmentation) is kept short: the small
 helpers are inlined into their kernel by Numba (``_inline``: no compilation of their own),
 the stencil and the region sums have one call site each, 2D and 3D share every loop,
-set-up work stays in NumPy (:func:`_line_lists`), and no kernel assigns whole arrays (whose
-shape checks compile string formatting). Each kernel has one signature whatever the input
-(see ``tests/core/test_segment_numba.py``).
+set-up work stays in NumPy (:func:`_line_lists`, the labels), and no kernel assigns whole
+arrays (whose shape checks compile string formatting). Boxes come flattened, (N, cells) with
+the box shape beside them, and scratch is 1D ``np.empty``: ``reshape``, ``ravel`` and
+``np.zeros`` each cost 0.1-0.25 s of compilation in a kernel. Each kernel has one signature
+whatever the input (see ``tests/core/test_segment_numba.py``).
 """
 
 from __future__ import annotations
@@ -119,9 +121,10 @@ def _next(phi, g2, num, value, psi, overlap, k):
     return phi + dt * (eps_over_pi / (eps * eps + phi * phi)) * force
 
 
-# The stencil loops index views that start at each neighbour's offset, so every index is the loop
-# counter: Numba's wrap-around of negative indices (src[c - 1] with c possibly 0, as far as LLVM
-# knows) would otherwise turn each neighbour load into a scalar gather (2x slower loops).
+# The stencil indexes with unsigned integers: Numba adds a wrap-around of negative indices to every
+# signed index (src[c - 1] with c possibly 0, as far as LLVM knows), which would turn each neighbour
+# load into a scalar gather (2x slower loops); 19 views starting at each neighbour's offset avoid
+# it too, but their set-up code took a third of the kernel's compilation.
 @_inline
 def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
     """Update cells [start, stop) of a box flattened (z, y, x), z neighbours ``plane`` apart:
@@ -132,32 +135,25 @@ def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
     stencil, compiled once, for 2D and 3D)."""
     hz, hy, hx, hzz, hyy, hxx = coef[14], coef[15], coef[16], coef[17], coef[18], coef[19]
     hzy, hzx, hyx = coef[20], coef[21], coef[22]
-    centre, west, east = src[start:stop], src[start - 1:stop - 1], src[start + 1:stop + 1]
-    north, south = src[start - bx:stop - bx], src[start + bx:stop + bx]
-    nw, ne = src[start - bx - 1:stop - bx - 1], src[start - bx + 1:stop - bx + 1]
-    sw, se = src[start + bx - 1:stop + bx - 1], src[start + bx + 1:stop + bx + 1]
-    d, u = start - plane, start + plane  # the planes below and above
-    down, up = src[d:d + stop - start], src[u:u + stop - start]
-    down_n, down_s = src[d - bx:d - bx + stop - start], src[d + bx:d + bx + stop - start]
-    down_w, down_e = src[d - 1:d - 1 + stop - start], src[d + 1:d + 1 + stop - start]
-    up_n, up_s = src[u - bx:u - bx + stop - start], src[u + bx:u + bx + stop - start]
-    up_w, up_e = src[u - 1:u - 1 + stop - start], src[u + 1:u + 1 + stop - start]
-    new, value, prior, others = dst[start:stop], image[start:stop], psi[start:stop], overlap[start:stop]
-    for c in range(stop - start):
-        v = centre[c]
-        px = (east[c] - west[c]) * hx
-        py = (south[c] - north[c]) * hy
-        pz = (up[c] - down[c]) * hz
-        pxx = (east[c] - _TWO * v + west[c]) * hxx
-        pyy = (south[c] - _TWO * v + north[c]) * hyy
-        pzz = (up[c] - _TWO * v + down[c]) * hzz
-        pyx = (se[c] - sw[c] - ne[c] + nw[c]) * hyx
-        pzy = (up_s[c] - up_n[c] - down_s[c] + down_n[c]) * hzy
-        pzx = (up_e[c] - up_w[c] - down_e[c] + down_w[c]) * hzx
+    # unsigned indices: Numba adds no wrap-around of negative indices to their loads
+    one, row, pl = np.uint64(1), np.uint64(bx), np.uint64(plane)
+    for c in range(np.uint64(start), np.uint64(stop)):
+        v = src[c]
+        w, e, n, s = src[c - one], src[c + one], src[c - row], src[c + row]
+        d, u = src[c - pl], src[c + pl]
+        px = (e - w) * hx
+        py = (s - n) * hy
+        pz = (u - d) * hz
+        pxx = (e - _TWO * v + w) * hxx
+        pyy = (s - _TWO * v + n) * hyy
+        pzz = (u - _TWO * v + d) * hzz
+        pyx = (src[c + row + one] - src[c + row - one] - src[c - row + one] + src[c - row - one]) * hyx
+        pzy = (src[c + pl + row] - src[c + pl - row] - src[c - pl + row] + src[c - pl - row]) * hzy
+        pzx = (src[c + pl + one] - src[c + pl - one] - src[c - pl + one] + src[c - pl - one]) * hzx
         g2 = pz * pz + py * py + px * px
         num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px)
         num = num - _TWO * pz * py * pzy - _TWO * pz * px * pzx - _TWO * py * px * pyx
-        new[c] = _next(v, g2, num, value[c], prior[c], others[c], k)
+        dst[c] = _next(v, g2, num, image[c], psi[c], overlap[c], k)
 
 
 @_inline
