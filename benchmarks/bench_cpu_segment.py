@@ -9,7 +9,9 @@ the demo's defaults). ``--quick``: 512^2 with 50 nuclei.
   ``--repeats`` calls, on all threads and on one (the scaling); a breakdown of one call into
   phases (``_segment.PROFILE``, wall ms). ``--compile`` also times the first call in a fresh
   interpreter with an empty cache directory (the compile from nothing) and with the cache,
-  counting Numba's compilations (none should happen with the cache on disk).
+  counting Numba's compilations (none should happen with the cache on disk); the shape
+  priors, trained once per machine and kept beside Numba's cache (``ivote._disk_cache``), are
+  timed apart. ``--compile-only``: just that.
 * NumPy path (``IVOTE_BACKEND=numpy``): a few iterations, extrapolated to all of them (the
   set-up, timed with 0 iterations, added once), as ``bench_segment.py`` does.
 * scikit-image: ``skimage.segmentation.watershed`` of the inverted distance transform of an
@@ -19,7 +21,7 @@ Timings on a shared machine are noisy: the table gives the best of the repeats a
 process CPU time of the one-thread run, which other processes disturb less.
 
 Usage: python benchmarks/bench_cpu_segment.py [--quick] [--repeats N] [--compile [--compile-repeats N]]
-       [--out FILE]
+       [--compile-only] [--out FILE]
 """
 
 from __future__ import annotations
@@ -132,28 +134,55 @@ class Count(event.Listener):
 event.register("numba:compile", Count())
 from ivote.data import synthetic_nuclei
 from ivote.segment import segment_nuclei
+from ivote.segment._shape_prior import train_shape_prior
+w, c = time.perf_counter(), time.process_time()
+for ndim in (2, 3):
+    train_shape_prior(ndim)
+prior_wall, prior_cpu = time.perf_counter() - w, time.process_time() - c
 for shape in ((48, 48), (12, 32, 32)):
     s = synthetic_nuclei(shape, radius=5, seed=1)
     segment_nuclei(s.image, s.centers, radius=5, iterations=3, reinit_every=2)
-print(time.perf_counter() - t0, time.process_time(), len(compiles))
+print(time.perf_counter() - t0, time.process_time(), len(compiles), prior_wall, prior_cpu)
 """
 
 
 def compile_times(repeats):
     """First call of a small 2D and a small 3D segmentation (3 iterations, a reinitialisation
     after 2, so every kernel runs) in a fresh interpreter, imports included: with an empty
-    Numba cache directory (compilation from nothing), then again with the cache it left.
-    ``repeats`` fresh cache directories; per run (wall s, CPU s, Numba compilations)."""
+    Numba cache directory and an empty ivote cache (the shape priors), then again with the
+    caches it left. ``repeats`` fresh cache directories; per run (wall s, CPU s, Numba
+    compilations, shape priors' wall s, their CPU s)."""
     cold, warm = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, NUMBA_CACHE_DIR=cache, IVOTE_BACKEND="numba")
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache, IVOTE_CACHE_DIR=os.path.join(cache, "ivote"),
+                       IVOTE_BACKEND="numba")
             for runs in (cold, warm):
                 result = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
                                         check=True)
-                wall, cpu, count = result.stdout.split()
-                runs.append((float(wall), float(cpu), int(count)))
+                wall, cpu, count, prior_wall, prior_cpu = result.stdout.split()
+                runs.append((float(wall), float(cpu), int(count), float(prior_wall), float(prior_cpu)))
     return cold, warm
+
+
+def compile_lines(cold, warm):
+    """The markdown of :func:`compile_times`."""
+    lines = ["First call in a fresh interpreter (2D and 3D, every kernel, imports included), "
+             f"{len(cold)} fresh cache directories: wall s / CPU s / Numba compilations (shape priors' wall s / "
+             "CPU s, included)", "",
+             "| caches | " + " | ".join(f"run {i + 1}" for i in range(len(cold))) + " |",
+             "|---|" + "---|" * len(cold)]
+    for name, runs in (("empty (compile, train)", cold), ("on disk", warm)):
+        lines.append(f"| {name} | " + " | ".join(f"{w:.1f} / {c:.1f} / {n} ({pw:.2f} / {pc:.2f})"
+                                                 for w, c, n, pw, pc in runs) + " |")
+    # compilation: empty minus on disk, less the shape priors' training (their time in the cold run
+    # minus the cached read in the warm one), best runs
+    best = [min(r[i] - r[i + 3] for r in cold) - min(r[i] - r[i + 3] for r in warm) for i in (0, 1)]
+    prior = [min(r[i + 3] for r in cold) - min(r[i + 3] for r in warm) for i in (0, 1)]
+    return lines + ["", f"Compilation (empty minus on disk, shape priors apart, best runs): {best[0]:.1f} s wall, "
+                    f"{best[1]:.1f} s CPU; shape priors' training (2D + 3D, once per machine): {prior[0]:.2f} s wall, "
+                    f"{prior[1]:.2f} s CPU; compilations with the caches on disk: {max(r[2] for r in warm)} "
+                    "(0: nothing recompiled)."]
 
 
 def main(argv=None):
@@ -162,10 +191,20 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="also time the first call from an empty cache")
     parser.add_argument("--compile-repeats", type=int, default=2, help="fresh cache directories for --compile")
+    parser.add_argument("--compile-only", action="store_true", help="only the first-call timing of --compile")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args(argv)
     backend = _with_backend("numba", backend_name)
     print(f"backend: {backend}; CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores", flush=True)
+    if args.compile_only:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        text = "\n".join([f"# bench_cpu_segment --compile-only ({now:%Y-%m-%d %H:%M} UTC)", "", f"{backend}; "
+                          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}", "",
+                          *compile_lines(*compile_times(args.compile_repeats))]) + "\n"
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text)
+        return
     shape, n_nuclei = ((512, 512), 50) if args.quick else ((1024, 1024), 200)
     image, truth, centers, spacing, radius = synthetic_nuclei(shape, radius=20.0, n_nuclei=n_nuclei, overlap=0.2,
                                                               seed=5)
@@ -204,16 +243,7 @@ def main(argv=None):
     for r in rows:
         lines.append(f"- {r['name']}: " + ", ".join(f"{k} {v[1]:.0f}" for k, v in r["phases"].items()))
     if compiled:
-        cold, warm = compiled
-        lines += ["", "First call in a fresh interpreter (2D and 3D, every kernel, imports included), "
-                  f"{len(cold)} fresh cache directories: wall s / CPU s / Numba compilations", "",
-                  "| Numba cache | " + " | ".join(f"run {i + 1}" for i in range(len(cold))) + " |",
-                  "|---|" + "---|" * len(cold)]
-        for name, runs in (("empty (compile)", cold), ("on disk", warm)):
-            lines.append(f"| {name} | " + " | ".join(f"{w:.1f} / {c:.1f} / {n}" for w, c, n in runs) + " |")
-        best = [min(r[i] for r in cold) - min(r[i] for r in warm) for i in (0, 1)]
-        lines += ["", f"Compilation (empty minus on disk, best runs): {best[0]:.1f} s wall, {best[1]:.1f} s CPU; "
-                  f"compilations with the cache on disk: {max(n for _, _, n in warm)} (0: nothing recompiled)."]
+        lines += ["", *compile_lines(*compiled)]
     lines += ["", f"Threads: {cpu_threads()} (NUMBA_NUM_THREADS); timings on a shared machine are noisy."]
     text = "\n".join(lines) + "\n"
     print(text)
