@@ -35,9 +35,11 @@ whatever the input (see ``tests/core/test_segment_numba.py``).
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 from numba import njit
+from numba.extending import intrinsic
 
 from .._backend import numba_lock
 from .._parallel import for_ranges
@@ -62,6 +64,29 @@ _inline = njit(inline="always", error_model="numpy")
 """Helpers of one kernel: inlined into it by Numba (their caller's fastmath applies), not compiled apart."""
 
 
+def _binary(compare):
+    """min or max of two numbers, as an intrinsic emitting the code of Numba's own min/max
+    (``do_minmax``: same results, NaN rules included) without their overload resolution, which
+    runs at every call site and compiles a function per argument type: a tenth of the kernels'
+    compilation. Numba's min/max where ``do_minmax`` is not there."""
+    try:
+        from numba.cpython.builtins import do_minmax
+    except ImportError:  # pragma: no cover (another Numba)
+        return min if compare is operator.lt else max
+
+    @intrinsic
+    def minmax(typingctx, a, b):
+        def codegen(context, builder, signature, args):
+            return do_minmax(context, builder, list(signature.args), list(args), compare)
+
+        return typingctx.unify_types(a, b)(a, b), codegen
+
+    return minmax
+
+
+_min, _max = _binary(operator.lt), _binary(operator.gt)
+
+
 # -- the smooth functions of levelset.cu (float32) ------------------------------------------------
 @_inline
 def _atan(x):
@@ -71,7 +96,7 @@ def _atan(x):
     that call it vectorised."""
     a = abs(x)
     flip = a > _ONE
-    b = min(a, _ONE / max(a, F32(1e-30)))
+    b = _min(a, _ONE / _max(a, F32(1e-30)))
     mid = b > _TAN_PI_8
     numerator = b - _ONE if mid else b
     denominator = b + _ONE if mid else _ONE
@@ -87,7 +112,7 @@ def _atan(x):
 def _sinpi(u):
     """sin(pi u) for |u| <= 1 in float32 (Taylor series to degree 13 on [0, pi/2])."""
     a = abs(u)
-    r = min(a, _ONE - a) * _PI
+    r = _min(a, _ONE - a) * _PI
     r2 = r * r
     s = r * (_ONE + r2 * (F32(-1 / 6) + r2 * (F32(1 / 120) + r2 * (F32(-1 / 5040) + r2 * (
         F32(1 / 362880) + r2 * (F32(-1 / 39916800) + r2 * F32(1 / 6227020800)))))))
@@ -101,7 +126,7 @@ def _heaviside(phi, inv_eps):
 
 @_inline
 def _heaviside_compact(phi, inv_eps):
-    u = min(max(phi * inv_eps, -_ONE), _ONE)  # u = +-1 gives exactly 1 and 0
+    u = _min(_max(phi * inv_eps, -_ONE), _ONE)  # u = +-1 gives exactly 1 and 0
     return _HALF * (_ONE + u + _sinpi(u) * _INV_PI)
 
 
@@ -112,11 +137,11 @@ def _next(phi, g2, num, value, psi, overlap, k):
     object's constants from :func:`_step`: same formulas and order as _reference.step."""
     c_in, c_out, inv_contrast, l1, l2, mu, beta, omega, eps, dt, kappa_max, eps_over_pi = k
     g2e = g2 + _G2_EPS
-    kappa = min(max(num / (g2e * np.sqrt(g2e)), -kappa_max), kappa_max)
-    region_max = max(l1, l2)
+    kappa = _min(_max(num / (g2e * np.sqrt(g2e)), -kappa_max), kappa_max)
+    region_max = _max(l1, l2)
     region = (-l1 * (value - c_in) * (value - c_in) + l2 * (value - c_out) * (value - c_out)) * inv_contrast
-    region = min(max(region, -region_max), region_max)
-    shape = min(max(psi - phi, -_ONE), _ONE)
+    region = _min(_max(region, -region_max), region_max)
+    shape = _min(_max(psi - phi, -_ONE), _ONE)
     force = mu * kappa + region + beta * shape - omega * overlap
     return phi + dt * (eps_over_pi / (eps * eps + phi * phi)) * force
 
@@ -159,7 +184,7 @@ def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
 @_inline
 def _valid_x(origin_x, bx, ix):
     """The box's x range [lo, hi) inside the image."""
-    return max(0, -origin_x), min(bx, ix - origin_x)
+    return _max(0, -origin_x), _min(bx, ix - origin_x)
 
 
 @_inline
@@ -208,10 +233,10 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
         if update:
             s_hi = F32(sums_in[obj, 0])
             s_h = F32(sums_in[obj, 1])
-            c_in = s_hi / max(s_h, _G2_EPS)
-            c_out = (region_consts[obj, 0] - s_hi) / max(region_consts[obj, 1] - s_h, _G2_EPS)
-            c_in = max(c_in, c_out + _CONTRAST_FLOOR)
-            inv_contrast = _ONE / max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
+            c_in = s_hi / _max(s_h, _G2_EPS)
+            c_out = (region_consts[obj, 0] - s_hi) / _max(region_consts[obj, 1] - s_h, _G2_EPS)
+            c_in = _max(c_in, c_out + _CONTRAST_FLOOR)
+            inv_contrast = _ONE / _max((c_in - c_out) * (c_in - c_out), _CONTRAST_MIN)
             # levelset.cu's coef: lambda1, lambda2, mu, beta, omega, eps, dt, kappa_max, eps/pi
             k = (c_in, c_out, inv_contrast, coef[0], coef[1], coef[2], coef[3], coef[4], coef[5], coef[6], coef[7],
                  coef[13])
@@ -227,7 +252,7 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
                         own = hc_box[base + lo:base + hi]
                         cell = overlap[base + lo:base + hi]
                         for x in range(hi - lo):
-                            cell[x] = min(max(row[x] - own[x], _ZERO), _ONE)
+                            cell[x] = _min(_max(row[x] - own[x], _ZERO), _ONE)
             # every cell but the first and last plane (3D) and row, then the frozen ones put back
             _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
             keep = frozen[obj]
@@ -355,7 +380,7 @@ def _edt_box(inside, box, spacing, g, f, result, sites, bounds):
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
 def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, out, any_inside):
     """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
-    inside cells d_in - 1/2, outside -(min(d_out, clip) - 1/2), cells with an axis neighbour
+    inside cells d_in - 1/2, outside -(_min(d_out, clip) - 1/2), cells with an axis neighbour
     (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|.
     phi, out: (N, cells) float32, boxes of shape ``box`` flattened."""
     cells = phi.shape[1]
@@ -366,7 +391,7 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
     step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
     inside = np.empty(cells, dtype=np.bool_)  # one box at a time
     g = np.empty(2 * cells)
-    longest = max(max(bx, by), bz)
+    longest = _max(_max(bx, by), bz)
     f = np.empty(longest)
     result = np.empty(longest)
     sites = np.empty(longest, dtype=np.int64)
@@ -391,21 +416,21 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
         _edt_box(inside, box, spacing, g, f, result, sites, bounds)
         target = out[obj]
         for z in range(bz):
-            zl, zh = max(z - 1, 0), min(z + 1, bz - 1)
+            zl, zh = _max(z - 1, 0), _min(z + 1, bz - 1)
             for y in range(by):
-                yl, yh = max(y - 1, 0), min(y + 1, by - 1)
+                yl, yh = _max(y - 1, 0), _min(y + 1, by - 1)
                 row = (z * by + y) * bx
                 north, south = (z * by + yl) * bx, (z * by + yh) * bx
                 down, up = (zl * by + y) * bx, (zh * by + y) * bx
                 for x in range(bx):
-                    xl, xh = max(x - 1, 0), min(x + 1, bx - 1)
+                    xl, xh = _max(x - 1, 0), _min(x + 1, bx - 1)
                     c = row + x
                     me = inside[c]
                     value = box_phi[c]
                     if me:
                         sdf = F32(np.sqrt(g[c])) - _HALF
                     else:
-                        sdf = -(min(F32(np.sqrt(g[cells + c])), clip32) - _HALF)
+                        sdf = -(_min(F32(np.sqrt(g[cells + c])), clip32) - _HALF)
                     gx = (box_phi[row + xh] - box_phi[row + xl]) / step[2]
                     gy = (box_phi[south + x] - box_phi[north + x]) / step[1]
                     grad2 = gy * gy + gx * gx
@@ -416,8 +441,8 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
                         grad2 = gz * gz + grad2
                         near = near or inside[down + x] != me or inside[up + x] != me
                     if near:
-                        sub = min(max(value / max(np.sqrt(grad2), F32(0.1)), -_ONE), _ONE)
-                        target[c] = max(sub, F32(1e-3)) if me else min(sub, F32(-1e-3))
+                        sub = _min(_max(value / _max(np.sqrt(grad2), F32(0.1)), -_ONE), _ONE)
+                        target[c] = _max(sub, F32(1e-3)) if me else _min(sub, F32(-1e-3))
                     else:
                         target[c] = sdf
 
@@ -461,8 +486,8 @@ def _moments(first, last, phi, origins, box, image_shape, spacing, moments):
 @_inline
 def _grid_coordinate(u, extent, inv_step, top, t):
     """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
-    g = min(max((u + extent) * inv_step, _ZERO), top)
-    i0 = min(int(np.floor(g)), t - 2)
+    g = _min(_max((u + extent) * inv_step, _ZERO), top)
+    i0 = _min(int(np.floor(g)), t - 2)
     return i0, g - F32(i0)
 
 
@@ -481,7 +506,7 @@ def _prior(first, last, pose, templates, box, spacing, extent, ndim, t, psi):
     extent32 = F32(extent)
     top = F32(t - 1)
     shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
-    longest = max(max(bz, by), bx)
+    longest = _max(_max(bz, by), bx)
     rel = np.empty(3 * longest, dtype=np.float32)
     low = np.empty(3, dtype=np.int64)
     frac = np.empty(3, dtype=np.float32)
