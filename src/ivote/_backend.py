@@ -250,20 +250,29 @@ def synchronize(xp: ModuleType) -> None:
 
 
 _release_hooks: list = []
+_table_hooks: list = []
 
 
-def on_free_gpu_memory(hook):
+def on_free_gpu_memory(hook=None, *, tables: bool = False):
     """Register ``hook()`` to drop GPU buffers a module keeps between calls
-    (e.g. captured detections) whenever :func:`free_gpu_memory` runs."""
-    if hook not in _release_hooks:
-        _release_hooks.append(hook)
-    return hook
+    (e.g. captured detections) whenever :func:`free_gpu_memory` runs; with
+    ``tables=True`` (``@on_free_gpu_memory(tables=True)``), small memoized
+    tables rebuilt on demand, which a chunked run keeps between its blocks."""
+    def register(function):
+        target = _table_hooks if tables else _release_hooks
+        if function not in target:
+            target.append(function)
+        return function
+
+    return register if hook is None else register(hook)
 
 
-def free_gpu_memory() -> None:
+def free_gpu_memory(*, keep_tables: bool = False) -> None:
     """Drop the buffers modules keep between calls (``on_free_gpu_memory``), then
-    return cached blocks of CuPy's memory pools to the driver."""
-    for hook in list(_release_hooks):
+    return cached blocks of CuPy's memory pools to the driver. ``keep_tables``:
+    keep the memoized tables (cone tables, taps), as between the blocks of one
+    chunked run, which counts them outside each block's share."""
+    for hook in list(_release_hooks) + ([] if keep_tables else list(_table_hooks)):
         hook()
     cupy = _cupy()
     if cupy is None:

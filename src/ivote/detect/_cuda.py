@@ -891,7 +891,7 @@ def _graphed(key, plan: VotingPlan, xp):
     return graphed
 
 
-@on_free_gpu_memory
+@on_free_gpu_memory(tables=True)
 def release_tables() -> None:
     """Drop the memoized cone tables, disc offsets, bump rings, noise grids and taps
     (rebuilt at the next detection; a captured graph keeps its own references)."""

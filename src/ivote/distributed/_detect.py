@@ -537,7 +537,7 @@ class gpu_limit:
 
         _GPU_LOCK.acquire()
         try:
-            free_gpu_memory()
+            free_gpu_memory(keep_tables=True)  # tables are counted outside the block's share
             held = int(_cupy().get_default_memory_pool().total_bytes())
             self.previous = limit_gpu_memory(held + self.limit)
         except BaseException:

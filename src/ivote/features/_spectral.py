@@ -63,7 +63,7 @@ def irfftn(x, shape, xp, *, overwrite=False, normalise=True):
 _twiddle_cache: dict = {}
 
 
-@on_free_gpu_memory
+@on_free_gpu_memory(tables=True)
 def _release_twiddles() -> None:
     """Drop the cached twiddle matrices (device copies among them)."""
     _twiddle_cache.clear()
