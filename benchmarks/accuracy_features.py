@@ -116,7 +116,8 @@ def main(argv=None) -> int:
             fit_seconds += time.process_time() - t0
             inputs = {"blur": dict(), "features": dict(features=model.detection_input(image)),  # RGB: read as H&E
                       "PC": dict(features=model.detection_input(image, source="principal_component")),
-                      "nucleus map": dict(features=model.detection_input(image, source="nucleus_map", blur=typical / 4))}
+                      "nucleus map": dict(features=model.detection_input(image, source="nucleus_map",
+                                                                         blur=typical / 4))}
             inputs.update({f"blur {f:g} r": dict(blur=f * typical) for f in factors})
             for kind in kinds:
                 found = iterative_voting(image, radius=radius, spacing=spacing, polarity=polarity,
