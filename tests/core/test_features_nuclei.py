@@ -105,7 +105,8 @@ def test_cli_learn_and_fit_with_radius(tmp_path, capsys):
         out = tmp_path / f"points-{option}.csv"
         assert main(["detect", str(image_path), "--radius", "9", "--features", option, "--backend", "numpy",
                      "--out", str(out), "--quiet"]) == 0
-        points = np.loadtxt(out, delimiter=",", skiprows=2, usecols=(0, 1), ndmin=2)  # units comment, header
+        rows = [line for line in out.read_text().splitlines() if not line.startswith("#")]  # comments: units, radius
+        points = np.loadtxt(rows[1:], delimiter=",", usecols=(0, 1), ndmin=2)  # after the header
         assert match_points(points, sample.centers, tolerance=3).f1 >= 0.7
     model_path = tmp_path / "model.npz"
     assert main(["features", "fit", str(image_path), "--radius", "18", "--epochs", "1", "--quiet",
