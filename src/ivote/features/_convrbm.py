@@ -633,7 +633,7 @@ class ConvRBM:
         hidden maps and the least-squares fit, with filters about half the
         voting radius (:class:`ivote.features.NucleusFeatures`). Against the
         best blur width (a quarter of the true radius) neither is clearly
-        better at the default threshold (0.862 and 0.866 vs 0.864 on all 15
+        better at the default threshold (0.862 and 0.864 vs 0.864 on all 15
         gbm40 tiles); the nucleus map is ahead at a per-image best threshold
         (0.885 vs 0.874), the reconstruction less so (0.879).
         """
