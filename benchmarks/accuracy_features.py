@@ -1,7 +1,7 @@
 """Does a learned feature map help iterative voting? ConvRBM features vs the Gaussian pre-blur.
 
 For every dataset of the evaluation folder and every image, the recommended
-ConvRBM (``ivote.features.NucleusFeatures``: 16 filters about half the voting
+ConvRBM (``ivote.features.NucleusFeatures``: 8 filters about half the voting
 radius wide, 10 epochs on tiles of the image itself, no labels) is fitted on
 the image, and ``ivote.detect.iterative_voting`` runs with the same radius,
 spacing and polarity as ``benchmarks/accuracy_detect.py`` (a per-image radius
@@ -13,16 +13,23 @@ tolerance half the median radius) on:
   same 2-pixel blur);
 * ``PC``: the earlier detection input, the first principal component of the
   hidden maps (same model);
-* ``blur r/4`` (``--wide-blur``): a control, the Gaussian pre-blur widened to
-  a quarter of the image's true median radius (it needs the labels' radius).
+* ``nucleus map``: the hidden map of the same model most correlated with the
+  detection signal (the filter that fires on nuclei; no labels), blurred
+  with a quarter of the typical radius (``detection_input(source="nucleus_map")``,
+  ``NucleusFeatures(r, source="nucleus_map")``);
+* ``blur F r`` (``--blur-sweep F,F,...``): the peer to beat, the Gaussian
+  pre-blur widened to F x the image's true median radius (F = 0.25 is
+  ``--wide-blur``; it needs the labels' radius, so it is an upper bound on
+  what a blur width rule can reach).
 
 Reported per dataset: F1 at the default threshold (pooled over the images) and
 with a per-image oracle threshold (accuracy_detect.oracle_match: each image's
 best threshold over the maxima that pass the default contrast test), the
-fitting time per image, all in one run.
+fitting CPU time per image (process time: run with NUMBA_NUM_THREADS=1 for a
+per-core figure), all in one run.
 
 Usage: python benchmarks/accuracy_features.py [--data DIR] [--datasets a,b] [--max-images N]
-       [--backend numba|numpy|cupy|auto] [--wide-blur] [--out FILE]
+       [--backend numba|numpy|cupy|auto] [--wide-blur] [--blur-sweep 0.15,0.25,...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from ivote.detect import iterative_voting  # noqa: E402
 from ivote.features import NucleusFeatures  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
-KINDS = ("blur", "features", "PC", "blur r/4")
+KINDS = ("blur", "features", "PC", "nucleus map")
 
 
 def main(argv=None) -> int:
@@ -59,7 +66,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-images-other", type=int, default=None,
                         help="at most this many images of the datasets other than gbm40")
     parser.add_argument("--backend", default="auto", choices=("auto", "numpy", "numba", "cupy"))
-    parser.add_argument("--wide-blur", action="store_true", help="add the blur r/4 control")
+    parser.add_argument("--wide-blur", action="store_true", help="add the blur 0.25 r peer (--blur-sweep 0.25)")
+    parser.add_argument("--blur-sweep", default=None,
+                        help="comma-separated factors F: add a blur of F x the true median radius per F")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     folders = sorted(p.parent for p in Path(args.data).glob("*/meta.json"))
@@ -68,7 +77,10 @@ def main(argv=None) -> int:
     if not folders:
         print(f"no datasets under {args.data}", file=sys.stderr)
         return 1
-    kinds = [k for k in KINDS if args.wide_blur or k != "blur r/4"]
+    factors = [float(f) for f in args.blur_sweep.split(",")] if args.blur_sweep else []
+    if args.wide_blur and 0.25 not in factors:
+        factors.append(0.25)
+    kinds = list(KINDS) + [f"blur {f:g} r" for f in factors]
     lines = [
         f"# Detection with learned features vs Gaussian blur "
         f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)",
@@ -77,7 +89,7 @@ def main(argv=None) -> int:
         "Radius per image from the labels (accuracy_detect.py's rule); F1 at the default threshold / with a "
         "per-image oracle threshold, pooled; NucleusFeatures fitted on each image.",
         "",
-        "| dataset | images | nuclei | " + " | ".join(f"{k} F1 / oracle" for k in kinds) + " | fit s/img |",
+        "| dataset | images | nuclei | " + " | ".join(f"{k} F1 / oracle" for k in kinds) + " | fit CPU s/img |",
         "| --- | --- | --- | " + " | ".join("---" for _ in kinds) + " | --- |",
     ]
     print("\n".join(lines), flush=True)
@@ -98,13 +110,15 @@ def main(argv=None) -> int:
             if not np.isfinite(typical):
                 typical = dataset_radius
             radius, tol = accuracy_detect.RADIUS_FACTOR[ndim] * typical, typical / 2
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             learned = NucleusFeatures(radius, spacing=spacing)
             model = learned.fit(image)
-            fit_seconds += time.perf_counter() - t0
+            fit_seconds += time.process_time() - t0
             inputs = {"blur": dict(), "features": dict(features=model.detection_input(image)),  # RGB: read as H&E
                       "PC": dict(features=model.detection_input(image, source="principal_component")),
-                      "blur r/4": dict(blur=typical / 4)}
+                      "nucleus map": dict(features=model.detection_input(image, source="nucleus_map",
+                                                                         blur=typical / 4))}
+            inputs.update({f"blur {f:g} r": dict(blur=f * typical) for f in factors})
             for kind in kinds:
                 found = iterative_voting(image, radius=radius, spacing=spacing, polarity=polarity,
                                          backend=args.backend, **inputs[kind])

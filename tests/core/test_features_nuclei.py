@@ -46,6 +46,36 @@ def test_reconstruction_input_is_the_blurred_reconstruction(polarity):
         model.detection_input(sample.image, blur=-1)
 
 
+@pytest.mark.parametrize("polarity", ["bright", "dark"])
+def test_nucleus_map_is_the_hidden_map_most_correlated_with_the_image(polarity):
+    sample = synthetic_nuclei((64, 64), radius=6, seed=8, polarity=polarity)
+    model = ConvRBM(8, 7, xp=np).fit(sample.image, epochs=5, learning_rate=1e-2, patch_shape=(32, 32))
+    maps = model.transform(sample.image).astype(np.float64)
+    correlation = [np.corrcoef(m.ravel(), sample.image.ravel())[0, 1] if m.std() > 0 else -1 for m in maps]
+    chosen = maps[int(np.argmax(correlation))]
+    for blur in (0.0, 1.5):
+        expected = ndi.gaussian_filter(chosen, blur, mode="nearest") if blur else chosen
+        expected = (expected - expected.mean()) / expected.std()
+        detection = model.detection_input(sample.image, source="nucleus_map", blur=blur)
+        np.testing.assert_allclose(detection, expected, atol=1e-5)
+        assert detection.dtype == np.float32
+    inside = sample.labels > 0
+    contrast = detection[inside].mean() - detection[~inside].mean()
+    assert (contrast > 0.5) if polarity == "bright" else (contrast < -0.5)  # the input's polarity is kept
+
+
+def test_nucleus_features_nucleus_map_option_detects():
+    sample = synthetic_nuclei((96, 96), radius=6, seed=4)
+    learned = NucleusFeatures(9, source="nucleus_map")
+    detection = learned.detection_input(sample.image)
+    expected = learned.model.detection_input(sample.image, source="nucleus_map", blur=9 / 6)  # radius / 6
+    np.testing.assert_allclose(detection, expected, atol=1e-6)
+    found = iterative_voting(sample.image, radius=9, features=detection, backend="numpy")
+    assert match_points(found.points, sample.centers, tolerance=3).f1 >= 0.7
+    with pytest.raises(ValueError, match="source"):
+        NucleusFeatures(9, source="energy")
+
+
 def test_nucleus_features_fit_the_recommended_model_and_detect():
     sample = synthetic_nuclei((96, 96), radius=6, seed=4)
     learned = NucleusFeatures(9)
@@ -71,11 +101,13 @@ def test_cli_learn_and_fit_with_radius(tmp_path, capsys):
     sample = synthetic_nuclei((96, 96), radius=6, seed=4)
     image_path = tmp_path / "nuclei.tif"
     tifffile.imwrite(image_path, sample.image)
-    out = tmp_path / "points.csv"
-    assert main(["detect", str(image_path), "--radius", "9", "--features", "learn", "--backend", "numpy",
-                 "--out", str(out), "--quiet"]) == 0
-    points = np.loadtxt(out, delimiter=",", skiprows=2, usecols=(0, 1), ndmin=2)  # units comment, header
-    assert match_points(points, sample.centers, tolerance=3).f1 >= 0.7
+    for option in ("learn", "learn-map"):
+        out = tmp_path / f"points-{option}.csv"
+        assert main(["detect", str(image_path), "--radius", "9", "--features", option, "--backend", "numpy",
+                     "--out", str(out), "--quiet"]) == 0
+        rows = [line for line in out.read_text().splitlines() if not line.startswith("#")]  # comments: units, radius
+        points = np.loadtxt(rows[1:], delimiter=",", usecols=(0, 1), ndmin=2)  # after the header
+        assert match_points(points, sample.centers, tolerance=3).f1 >= 0.7
     model_path = tmp_path / "model.npz"
     assert main(["features", "fit", str(image_path), "--radius", "18", "--epochs", "1", "--quiet",
                  "--out", str(model_path)]) == 0

@@ -169,10 +169,10 @@ def test_pruned_dfts_match_cufft():
 
 @pytest.mark.parametrize("shape", [(64, 72), (16, 40, 36)])
 def test_detection_inputs_match_numpy(shape):
-    """The reconstruction input (cupyx.scipy.ndimage's blur) and the principal component, CuPy vs NumPy."""
+    """The reconstruction input (cupyx.scipy.ndimage's blur), the nucleus map, the principal component: CuPy = NumPy."""
     image = synthetic_nuclei(shape, radius=5, seed=9).image
     host, device = _pair((5,) * len(shape), 1)
-    for source in ("reconstruction", "principal_component"):
+    for source in ("reconstruction", "nucleus_map", "principal_component"):
         expected = host.detection_input(image, source=source)
         got = device.detection_input(_backend.to_device(image, device.xp), source=source)
         assert _backend.is_device_array(got) and got.shape == image.shape

@@ -81,7 +81,8 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     from .._progress import cli_progress
 
     options = dict(settings["options"])
-    if settings["features"] and settings["features"] != "learn":
+    learned = {"learn": "reconstruction", "learn-map": "nucleus_map"}.get(settings["features"])
+    if settings["features"] and learned is None:
         from ..features import ConvRBM
 
         options["features"] = ConvRBM.load(settings["features"])
@@ -90,12 +91,12 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
                                           lazy_frames=True)
     spacing = command_spacing(found, settings["spacing"], command="ivote detect")
     options["spacing"] = spacing
-    if settings["features"] == "learn":  # the recommended ConvRBM, fitted on this image (docs/features.md)
+    if learned:  # the recommended ConvRBM, fitted on this image (docs/features.md)
         from ..features import NucleusFeatures
 
         radius = options["radius"]
         options["features"] = NucleusFeatures(None if radius == "auto" else radius, spacing=spacing,
-                                              polarity=options["polarity"])
+                                              polarity=options["polarity"], source=learned)
     start = time.perf_counter()
     progress = cli_progress(quiet)
     if "T" in found.axes:
@@ -288,10 +289,11 @@ def register(subparsers) -> None:
     parser.add_argument("--stains", choices=("fixed", "auto"), default="fixed",
                         help="for RGB H&E input: Ruifrok's fixed stain vectors (default) or vectors estimated "
                              "from the image (Macenko)")
-    parser.add_argument("--features", default=None, metavar="MODEL|learn",
+    parser.add_argument("--features", default=None, metavar="MODEL|learn|learn-map",
                         help="ConvRBM .npz from 'ivote features fit': vote on its feature map instead of the blurred "
-                             "image; 'learn': fit the recommended ConvRBM on each image first (H&E; see "
-                             "docs/features.md)")
+                             "image; 'learn': fit the recommended ConvRBM on each image first and vote on its "
+                             "reconstruction; 'learn-map': the same model, on its hidden map most correlated with the "
+                             "image (H&E; see docs/features.md)")
     parser.add_argument("--backend", choices=("auto", "numpy", "numba", "cupy"), default="auto",
                         help="array backend (default: GPU when available, else the compiled CPU kernels)")
     add_input_options(parser)

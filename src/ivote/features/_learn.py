@@ -22,6 +22,8 @@ EPOCHS = 10
 MAX_TILES = 1024
 """Training tiles per epoch at most (a random draw each epoch): a 1000² image has about 840 of 36²; larger
 images train no longer (their filters are the same kind), only the transform grows with the image."""
+NUCLEUS_MAP_BLUR = 1 / 6
+"""Pre-blur of the nucleus map / voting radius (a quarter of the typical radius; the best blur width on gbm40)."""
 LEARNING_RATES = (1e-3, 3e-4, 1e-4)
 """Tried in turn: a Gaussian-ReLU RBM can diverge, then training restarts with a smaller step."""
 
@@ -67,7 +69,8 @@ class NucleusFeatures:
     voting radius) on tiles of the image itself for :data:`EPOCHS` epochs and
     votes on the model's reconstruction (:meth:`ConvRBM.detection_input`). No
     labels are used. Measured on H&E (``docs/features.md``): better than the
-    default 2-pixel blur; on fluorescence and in 3D keep the blur.
+    default 2-pixel blur, level with a blur of the voting radius / 6 at the
+    default threshold; on fluorescence and in 3D keep the blur.
 
     Parameters
     ----------
@@ -82,6 +85,13 @@ class NucleusFeatures:
         Seed of the filters and the sampling.
     progress : callable, optional
         ``progress(epoch, n_epochs, error)`` (see :meth:`ConvRBM.fit`).
+    source : {'reconstruction', 'nucleus_map'}
+        The map voted on (:meth:`ConvRBM.detection_input`): the
+        reconstruction with the default 2-pixel blur, or the hidden map most
+        correlated with the image blurred by :data:`NUCLEUS_MAP_BLUR` x the
+        voting radius. On gbm40 both are level with the best blur width at
+        the default threshold; the nucleus map is ahead of it at a per-image
+        best threshold (the slider): ``docs/features.md``.
 
     Attributes
     ----------
@@ -98,7 +108,12 @@ class NucleusFeatures:
     True
     """
 
-    def __init__(self, radius=None, *, spacing=None, polarity="bright", seed=0, progress=None):
+    def __init__(self, radius=None, *, spacing=None, polarity="bright", seed=0, progress=None,
+                 source="reconstruction"):
+        if source not in ("reconstruction", "nucleus_map"):
+            raise ValueError(f"source must be 'reconstruction' or 'nucleus_map'; got {source!r}")
+        self.source = source
+        self._radius_used = None
         self.radius = radius
         self.spacing = None if spacing is None else tuple(float(s) for s in spacing)
         self.polarity = polarity
@@ -114,6 +129,7 @@ class NucleusFeatures:
             from ..detect import estimate_radius
 
             radius = estimate_radius(image, spacing=self.spacing, polarity=self.polarity)
+        self._radius_used = radius
         grey = as_grayscale(image, rgb)
         spacing = self.spacing if self.spacing is not None and len(self.spacing) == grey.ndim else None
         shape = nucleus_filter_shape(radius, spacing if spacing is not None else (1.0,) * grey.ndim)
@@ -131,10 +147,17 @@ class NucleusFeatures:
 
     def detection_input(self, image):
         """Fit on ``image`` and return the model's detection input (same shape, nuclei keep their polarity)."""
-        return self.fit(image).detection_input(image)  # RGB: read as H&E there too
+        model = self.fit(image)
+        if self.source == "reconstruction":
+            return model.detection_input(image)  # RGB: read as H&E there too
+        # the blur in pixels of the finest axis (the filters' in-plane axes)
+        radius_px = np.max(np.asarray(self._radius_used, dtype=float) / (
+            np.asarray(self.spacing) if self.spacing is not None else 1.0))
+        return model.detection_input(image, source="nucleus_map", blur=NUCLEUS_MAP_BLUR * float(radius_px))
 
     def __repr__(self):
-        return f"NucleusFeatures(radius={self.radius!r}, spacing={self.spacing!r}, seed={self.seed})"
+        return (f"NucleusFeatures(radius={self.radius!r}, spacing={self.spacing!r}, seed={self.seed}, "
+                f"source={self.source!r})")
 
 
 def learn_features(image, *, n_filters=N_FILTERS, filter_size=9, stride=1, epochs=10, rgb=False, seed=0,
