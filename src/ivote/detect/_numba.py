@@ -20,13 +20,11 @@ largest vote in two reads of a sparse table of row maxima.
 Voters are handled by class: each pass, the voters of a slab are sorted by
 class (offset direction k, or the fine bin of their own direction) with a
 stable counting sort (``_regroup``), so the voters of a group walk the same
-list of runs (stored runs first, then the ring's tested offsets: two loops
-without a branch): item by item over the group's voters, or, for a group of
-fewer than ``_SMALL_GROUP`` voters (the first pass in 3D, ~3 voters per fine
-bin), voter by voter over the items, so that the inner loop is the longer one
-and no loop's length changes from one voter to the next (a short loop whose
-length the branch predictor cannot guess cost more than the marks
-themselves: measured 3x on the votes of the later passes).
+list of runs: the vote runs run by run over the group's voters, the turn
+voter by voter over the same items, and no loop's length changes from one
+voter to the next (a short loop whose length the branch predictor cannot
+guess cost more than the marks themselves: measured 3x on the votes of the
+later passes).
 
 Races: a voter marks pixels within ``plan.window`` of it (one more along the
 last axis). The image is cut into slabs at least twice the window thick along
