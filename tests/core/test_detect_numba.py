@@ -84,39 +84,6 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
             assert not np.delete(hits[d], ks).any()  # nothing outside the list is in the cone
 
 
-@pytest.mark.parametrize("case", [
-    dict(shape=(67, 53), spacing=(0.7, 1.1), radius=5.0, sign=1.0),
-    dict(shape=(13, 29, 31), spacing=(2.0, 0.7, 0.5), radius=3.5, sign=-1.0),
-], ids=["2d-odd-anisotropic", "3d-odd-anisotropic"])
-@pytest.mark.parametrize("small_group", [0, 10**9], ids=["item-by-item", "voter-by-voter"])
-def test_numba_passes_equal_numpy_in_either_loop_order(monkeypatch, case, small_group):
-    """``_vote`` and ``_turn`` walk a group of voters item by item or voter by voter
-    (``_numba._SMALL_GROUP``): both orders give the NumPy path's votes exactly."""
-    image = _smoothed(case, seed=5)
-    plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
-    expected = _cpu.run_passes(image.copy(), plan, case["sign"])
-    monkeypatch.setattr(_numba, "_SMALL_GROUP", small_group)
-    got = _numba.run_passes([image.copy()], plan, case["sign"])
-    assert expected.sum() > 0
-    np.testing.assert_array_equal(got, expected)
-
-
-def test_run_tables_hold_runs_before_ring_offsets_and_fit_uint32():
-    """``_entries``: within each class the untested runs come first, then the tested
-    ring offsets; steps are shifted by ``base`` to be unsigned and stored as uint32."""
-    plan = make_plan(5.0, (1.0, 1.0, 1.0), 3)
-    frame = _numba._Frame((20, 22, 24), plan)
-    base, offset_steps, passes = _numba._entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
-    strides = np.array([frame.padded_shape[1] * frame.padded_shape[2], frame.padded_shape[2], 1])
-    np.testing.assert_array_equal(offset_steps.astype(np.int64) - base, plan.offsets @ strides)
-    for cells, starts, ring_starts, step, end, first_read, last_read, length, item_k, *_ in passes:
-        assert step.dtype == np.uint32 and item_k.dtype == np.int32
-        for c in range(len(starts) - 1):
-            assert starts[c] <= ring_starts[c] <= starts[c + 1]
-            assert np.all(length[starts[c]:ring_starts[c]] > 0) and np.all(length[ring_starts[c]:starts[c + 1]] == 0)
-        np.testing.assert_array_equal(step, offset_steps[item_k])
-
-
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
     (a stable counting sort), with their frame index and weight carried along."""

@@ -243,13 +243,11 @@ def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
 
 _SMALL_GROUP = 16
 """Groups of fewer voters run voter by voter (the first pass in 3D: ~3 voters per fine bin in a slab), larger ones
-item by item over the voters: either way the inner loop is the longer one (an argument of the kernels, so the
-tests run both orders). Measured at 96^3, radius 8, one thread: the 3D passes 18% less CPU than item by item
-alone, 2D 1024^2 the same."""
+item by item over the voters: either way the inner loop is the longer one."""
 
 
 @njit(cache=True, nogil=True)
-def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim, small_group,
+def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
           starts, ring_starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
@@ -280,7 +278,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
             first, ring_first, stop = starts[c], ring_starts[c], starts[c + 1]
             if c >= n_offsets:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            if e - v < small_group:
+            if e - v < _SMALL_GROUP:
                 for i in range(v, e):
                     w = gw[i]
                     t = gff[i]
@@ -316,7 +314,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
 
 @njit(cache=True, nogil=True)
 def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells, offset_steps,
-          small_group, starts, ring_starts, step, end, first_read, last_read, length, item_k, physical, limits):
+          starts, ring_starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``limits``) in the field (the first level of the flat sparse table
@@ -351,7 +349,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            if e - v < small_group:
+            if e - v < _SMALL_GROUP:
                 for i in range(v, e):
                     t = gff[i]
                     j = i - v
@@ -601,11 +599,11 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, perm, gff, gcls, cls, directions, plan.ndim,
-                       cells, offset_steps, _SMALL_GROUP, *last[1:])
+                       cells, offset_steps, *last[1:])
         for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, perm, gff, gw, gcls, directions, plan.ndim,
-                       _SMALL_GROUP, *tables[1:])
+                       *tables[1:])
         final = index == plan.n_passes - 1
         for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
         if iter_callback is not None:
