@@ -241,25 +241,19 @@ def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
         norm[i - v] = np.sqrt((z * z + y * y) + x * x) if ndim == 3 else np.sqrt(y * y + x * x)
 
 
-_SMALL_GROUP = 16
-"""Groups of fewer voters run voter by voter (the first pass in 3D: ~3 voters per fine bin in a slab), larger ones
-item by item over the voters: either way the inner loop is the longer one."""
-
-
 @njit(cache=True, nogil=True)
 def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
-          starts, ring_starts, step, end, first_read, last_read, length, item_k, physical, limits):
+          starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
     Each voter adds its weight to every pixel of its cone, as the marks of a
     difference array along rows (+w where a run starts, -w after it ends). The
     voters of a slab come grouped by class (``_regroup``): a class below the
     number of offsets K is offset direction k, whose cone is a fixed list of
-    runs (no test); a class K + b is fine bin b of a voter's own direction,
-    whose runs are followed by ring offsets tested voter by voter (the
-    kernels' float32 test, without a branch: the weight or 0). A class's runs
-    and its ring are two loops without a branch, over the group's voters
-    item by item, or, for a small group, over the items voter by voter.
+    runs, so the loop runs item by item over the group's voters (no branch on
+    the voter, no test); a class K + b is fine bin b of a voter's own direction,
+    whose ring offsets are tested voter by voter (the kernels' float32 test,
+    without a branch: the weight or 0).
     """
     n_offsets = len(limits)
     widest = 0
@@ -275,33 +269,17 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
         while v < b:
             c = gcls[v]
             e = _group_end(gcls, v, b)
-            first, ring_first, stop = starts[c], ring_starts[c], starts[c + 1]
             if c >= n_offsets:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            if e - v < _SMALL_GROUP:
-                for i in range(v, e):
-                    w = gw[i]
-                    t = gff[i]
-                    j = i - v
-                    for item in range(first, ring_first):
-                        marks[t + step[item]] += w
-                        marks[t + end[item]] -= w
-                    for item in range(ring_first, stop):
-                        inside = _in_cone(physical, limits, item_k[item], az[j], ay[j], ax[j], norm[j], ndim)
-                        x = w if inside else w - w
-                        marks[t + step[item]] += x
-                        marks[t + end[item]] -= x
-            else:
-                for item in range(first, ring_first):
-                    s = step[item]
-                    f = end[item]
+            for item in range(starts[c], starts[c + 1]):
+                s = step[item]
+                f = end[item]
+                if length[item] > 0:
                     for i in range(v, e):
                         w = gw[i]
                         marks[gff[i] + s] += w
                         marks[gff[i] + f] -= w
-                for item in range(ring_first, stop):
-                    s = step[item]
-                    f = end[item]
+                else:  # a ring offset
                     k = item_k[item]
                     for i in range(v, e):
                         j = i - v
@@ -313,8 +291,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
 
 
 @njit(cache=True, nogil=True)
-def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells, offset_steps,
-          starts, ring_starts, step, end, first_read, last_read, length, item_k, physical, limits):
+def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
+          starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``limits``) in the field (the first level of the flat sparse table
@@ -324,12 +302,10 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
     becomes its fine bin in the next pass (``next_cells`` per axis).
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
-    Each voter keeps the largest (vote, K - first offset of the item) as one
-    64-bit key (no branch, also on the ring offsets' tests; items are disjoint,
-    so the key orders them as the offsets); the first offset of the best run
-    holding that vote is then found in the field (``offset_steps``: offset k's
-    step). Runs then ring, item by item over a group's voters or voter by
-    voter for a small group, as ``_vote``.
+    Over a group of one class, item by item, each voter keeps the largest
+    (vote, -item) as one 64-bit key (no branch, also on the ring offsets'
+    tests); the first offset of the best run holding that vote is then found
+    in the field.
     """
     n_offsets = len(limits)
     widest = 0
@@ -345,38 +321,23 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
         while v < b:
             c = gcls[v]
             e = _group_end(gcls, v, b)
-            first, ring_first, stop = starts[c], ring_starts[c], starts[c + 1]
+            last_item = starts[c + 1]
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            if e - v < _SMALL_GROUP:
-                for i in range(v, e):
-                    t = gff[i]
-                    j = i - v
-                    best = np.uint64(0)
-                    for item in range(first, ring_first):
-                        top = np.uint64(max(flat[t + first_read[item]], flat[t + last_read[item]]))
-                        best = max(best, (top << high) | np.uint64(n_offsets - item_k[item]))
-                    for item in range(ring_first, stop):
-                        inside = _in_cone(physical, limits, item_k[item], az[j], ay[j], ax[j], norm[j], ndim)
-                        top = np.uint64(flat[t + first_read[item]]) if inside else np.uint64(0)
-                        best = max(best, (top << high) | np.uint64(n_offsets - item_k[item]))
-                    keys[j] = best
-            else:
-                for i in range(e - v):
-                    keys[i] = 0
-                for item in range(first, ring_first):
-                    r0 = first_read[item]
-                    r1 = last_read[item]
-                    rank = np.uint64(n_offsets - item_k[item])  # the first offset wins a tie
+            for i in range(e - v):
+                keys[i] = 0
+            for item in range(starts[c], last_item):
+                r0 = first_read[item]
+                r1 = last_read[item]
+                rank = np.uint64(last_item - item)  # the first item wins a tie
+                if length[item] > 0:
                     for i in range(v, e):
                         t = gff[i]
                         key = (np.uint64(max(flat[t + r0], flat[t + r1])) << high) | rank
                         keys[i - v] = max(keys[i - v], key)
-                for item in range(ring_first, stop):  # a ring offset: its vote counts inside the cone only
-                    r0 = first_read[item]
+                else:  # a ring offset: its vote counts inside the cone only
                     k = item_k[item]
-                    rank = np.uint64(n_offsets - k)
                     for i in range(v, e):
                         j = i - v
                         inside = _in_cone(physical, limits, k, az[j], ay[j], ax[j], norm[j], ndim)
@@ -387,12 +348,12 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
                 best = np.uint32(key >> high)
                 voter = perm[i]
                 if best > 0:
-                    k = n_offsets - np.int64(key & np.uint64(0xFFFFFFFF))
-                    here = gff[i] + offset_steps[k]
+                    item = last_item - np.int64(key & np.uint64(0xFFFFFFFF))
+                    here = gff[i] + step[item]
                     j = 0
                     while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
                         j += 1
-                    cls[voter] = k + j
+                    cls[voter] = item_k[item] + j
                 elif own:
                     j = i - v
                     cls[voter] = n_offsets + _direction_bin(az[j], ay[j], ax[j], next_cells, ndim)
@@ -436,25 +397,22 @@ def _scan_rows(first, last, marks, tops, PZ, PY, PX, wz, wy, wx):
             half *= 2
 
 
-def _compact(index, dtype):
-    """Table entries in the narrowest type that holds them (the tables of the
-    first pass in 3D are tens of MB: their traffic, not the votes, set the
-    pace). Unsigned, so the compiled loops need no test for Python's negative
-    indexing (measured: 18% sooner than signed)."""
-    return np.ascontiguousarray(index).astype(dtype)
+def _unsigned(index):
+    """int64 steps as uint64 (two's complement: adding one to a uint64 frame index
+    wraps to the same index as the signed sum). Unsigned indices need no test
+    for Python's negative indexing in the compiled loops (measured: 18% sooner)."""
+    return np.ascontiguousarray(index, dtype=np.int64).view(np.uint64)
 
 
 @functools.lru_cache(maxsize=8)
 def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
-    """``(base, passes)``. Per pass: the run table in frame steps, ``(fine
-    cells, starts, step, end, first read, last read, length, k)`` of classes
-    0..K-1 (offset directions, ``_run_tables.discrete_runs``) then K.. (fine
-    bins, ``fine_runs``), and the float32 physical offsets (K, 3) and limits
-    cos_half * |o| (K,) of the ring's tests. Steps, ends (step + length, or + 1
-    for a tested offset) and the two reads of a run's largest vote in the flat
-    sparse table (level * frame size + step) are shifted by ``base`` (the
-    voters' frame indices by -base) so that all are unsigned, and stored as
-    uint32 when the table fits (``_compact``); a length of 0 is a tested
+    """Per pass: the run table in frame steps, ``(fine cells, starts, step, end,
+    first read, last read, length, k)`` of classes 0..K-1 (offset directions,
+    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``), and
+    the float32 physical offsets (K, 3) and limits cos_half * |o| (K,) of the
+    ring's tests. Steps, ends (step + length, or + 1 for a tested offset) and
+    the two reads of a run's largest vote in the flat sparse table (level *
+    frame size + step) are unsigned (``_unsigned``); a length of 0 is a tested
     offset."""
     from ._plan import make_plan
 
@@ -462,8 +420,6 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
     size = math.prod(padded_shape)
     strides = np.cumprod((padded_shape[1:] + (1,))[::-1])[::-1]
     steps_all = plan.offsets @ np.asarray(strides, dtype=np.int64)
-    base = int(-steps_all.min())  # a voter lies at least this far into the frame
-    index_type = np.uint32 if (_TOP_LEVELS[ndim] + 1) * size + 2 * base < 2**32 else np.uint64
     physical_all = np.zeros((len(plan.offsets), 3), dtype=np.float32)
     physical_all[:, 3 - ndim:] = plan.offsets_physical
     passes = []
@@ -477,20 +433,12 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
         item_level = np.zeros(len(item_len), dtype=np.int64)
         item_level[item_len > 1] = np.ceil(np.log2(item_len[item_len > 1])).astype(np.int64) - 1  # 2 reads cover it
         limits_all = (cos_half * plan.offset_norms).astype(np.float32)
-        # within a class, the runs first, then the ring's tested offsets: two loops without a branch
-        item_class = np.repeat(np.arange(len(item_starts) - 1), np.diff(item_starts))
-        ring = item_len == 0
-        order = np.lexsort((ring, item_class))
-        item_k, item_len, item_level = item_k[order], item_len[order], item_level[order]
-        ring_starts = item_starts[:-1] + np.bincount(item_class, ~ring, len(item_starts) - 1).astype(np.int64)
-        step = steps_all[item_k] + base
+        step = steps_all[item_k]
         reads = item_level * size + step  # the run's largest vote: max(tops[first], tops[last]) of the flat table
         last = reads + np.maximum(item_len - (1 << item_level), 0)
-        passes.append((cells, item_starts, ring_starts, _compact(step, index_type),
-                       _compact(step + np.maximum(item_len, 1), index_type), _compact(reads, index_type),
-                       _compact(last, index_type), item_len.astype(np.uint8), item_k.astype(np.int32), physical_all,
-                       limits_all))
-    return base, _compact(steps_all + base, index_type), tuple(passes)
+        passes.append((cells, item_starts, _unsigned(step), _unsigned(step + np.maximum(item_len, 1)), _unsigned(reads),
+                       _unsigned(last), item_len, item_k, physical_all, limits_all))
+    return tuple(passes)
 
 
 def _colours(coords, plan: VotingPlan):
@@ -578,11 +526,11 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
 def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
     """The padded frame and its vote field (uint32, padding zeroed) after the last pass."""
     frame = _Frame(smoothed.shape, plan)
-    base, offset_steps, passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
+    passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
     voters, weights, directions, cls = prepare_voters(smoothed, plan, sign, largest, passes[0][0])
     coords = np.unravel_index(voters, smoothed.shape)
     order, slab_starts, colours = _colours(coords, plan)
-    frame_flat = frame.from_image(coords)[order] - base  # the tables' steps are shifted by +base
+    frame_flat = frame.from_image(coords)[order]
     weights, directions = weights[order], np.ascontiguousarray(directions[order])
     cls = cls[order]  # each voter's class: offset direction k, or K + the fine bin of its own
     del voters, coords, order
@@ -599,7 +547,7 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, perm, gff, gcls, cls, directions, plan.ndim,
-                       cells, offset_steps, *last[1:])
+                       cells, *last[1:])
         for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, perm, gff, gw, gcls, directions, plan.ndim,
