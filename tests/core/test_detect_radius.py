@@ -264,3 +264,22 @@ def test_stains_reach_the_detector_and_the_cli(tmp_path, capsys):
     out = tmp_path / "points.csv"
     assert main(["detect", str(path), "--radius", "7", "--stains", "auto", "--backend", "numpy", "--out", str(out)]) == 0
     assert f"{len(found.points)} nuclei" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sigma", [0.3, 1.7, 3.9])
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_gpu_taps_are_scipys_gaussian_padded(sigma, order):
+    """The GPU scale space filters with SciPy's Gaussian (derivative) taps padded with zeros
+    (fewer CuPy kernels): the same filter as gaussian_filter1d."""
+    import scipy.ndimage as ndi
+
+    from ivote.detect._radius import _gaussian_taps
+
+    image = np.random.default_rng(3).random((12, 40))
+    taps = _gaussian_taps(sigma, order, 16)
+    padded = int(4 * sigma + 0.5) < 16
+    assert taps.size == 33 and (taps[0] == 0) == padded and (taps[-1] == 0) == padded
+    for axis in (0, 1):
+        expected = ndi.gaussian_filter1d(image, sigma, axis=axis, order=order, mode="reflect")
+        np.testing.assert_allclose(ndi.correlate1d(image, taps, axis=axis, mode="reflect"), expected,
+                                   rtol=0, atol=1e-14)

@@ -60,3 +60,27 @@ def test_gpu_stains_match_numpy():
     np.testing.assert_allclose(stain_vectors(cupy.asarray(rgb)), stain_vectors(rgb), atol=1e-9)
     np.testing.assert_allclose(cupy.asnumpy(hematoxylin_density(cupy.asarray(rgb), stains="auto")),
                                hematoxylin_density(rgb, stains="auto"), atol=1e-9)
+
+
+def test_gpu_scale_space_uses_few_filter_lengths(monkeypatch):
+    """CuPy compiles one kernel per taps length and axis: the scale space pads its taps to a
+    multiple of _GPU_TAPS_RADIUS, so a 3D estimate asks for a handful of lengths (it asked for
+    dozens: 75 s of compilation on a fresh machine), and still gives the NumPy value."""
+    import cupy
+    import cupyx.scipy.ndimage as cundi
+
+    from ivote.detect import _radius
+
+    sample = synthetic_nuclei((40, 96, 96), spacing=(1.75, 0.8, 0.8), radius=6.0, seed=35)
+    lengths = set()
+    plain = cundi.correlate1d
+
+    def recording(input, weights, axis=-1, *args, **kwargs):
+        lengths.add((int(weights.size), axis % input.ndim))
+        return plain(input, weights, axis, *args, **kwargs)
+
+    monkeypatch.setattr(cundi, "correlate1d", recording)
+    on_gpu = estimate_radius(cupy.asarray(sample.image), spacing=(1.75, 0.8, 0.8), backend="cupy")
+    assert {n for n, _ in lengths} <= {2 * k * _radius._GPU_TAPS_RADIUS + 1 for k in (1, 2)}, lengths
+    assert len(lengths) <= 6, lengths
+    assert on_gpu == pytest.approx(estimate_radius(sample.image, spacing=(1.75, 0.8, 0.8), backend="numpy"), rel=0.02)
