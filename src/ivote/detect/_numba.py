@@ -108,7 +108,7 @@ def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _diff(f, i, stride, pos, n, h):
     """One component of np.gradient (edge_order=1)."""
     if n < 2:
@@ -120,7 +120,7 @@ def _diff(f, i, stride, pos, n, h):
     return (f[i + stride] - f[i - stride]) / (2.0 * h)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _gradient_at(f, i, Z, Y, X, sz, sy, sx):
     x = i % X
     y = (i // X) % Y
@@ -128,7 +128,7 @@ def _gradient_at(f, i, Z, Y, X, sz, sy, sx):
     return _diff(f, i, X * Y, z, Z, sz), _diff(f, i, X, y, Y, sy), _diff(f, i, 1, x, X, sx)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _magnitudes(first, last, out, f, Z, Y, X, sz, sy, sx):
     """|grad f| at every pixel of rows first..last (the sum of squares in the kernels' order)."""
     for r in range(first, last):
@@ -137,7 +137,7 @@ def _magnitudes(first, last, out, f, Z, Y, X, sz, sy, sx):
             out[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _directions(first, last, out, classes, f, voters, Z, Y, X, sz, sy, sx, sign, ndim, cells, n_offsets):
     """Voters first..last: int16 direction along (sign=+1) or against (-1) the gradient, length ~32767,
     and the first pass's class: ``n_offsets`` plus the fine bin (``cells`` per axis) of that direction."""
@@ -160,7 +160,7 @@ def _directions(first, last, out, classes, f, voters, Z, Y, X, sz, sy, sx, sign,
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _direction_bin(az, ay, ax, cells, ndim):
     """The cube-map bin of a float32 direction (2D: the square map of (ay, ax)),
     the float32 operations of ``_cone_tables.direction_bins``."""
@@ -184,7 +184,7 @@ def _direction_bin(az, ay, ax, cells, ndim):
     return b
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _in_cone(physical, limits, k, az, ay, ax, norm, ndim):
     """Offset k in the cone: dot(o, a) >= (cos_half * |o|) * |a| in float32 (``_reference._in_cone``)."""
     if ndim == 3:
@@ -194,7 +194,7 @@ def _in_cone(physical, limits, k, az, ay, ax, norm, ndim):
     return dot >= limits[k] * norm
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
     flat order within a class): ``perm`` (the voter at each place), its frame
@@ -218,7 +218,7 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
             count[c] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _group_end(gcls, v, b):
     """The end of the group of equal classes starting at v (before b)."""
     c = gcls[v]
@@ -228,7 +228,7 @@ def _group_end(gcls, v, b):
     return e
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
     """The float32 directions and lengths of the group v..e, from 0 in the scratch arrays."""
     zero = np.float32(0.0)
@@ -241,7 +241,7 @@ def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
         norm[i - v] = np.sqrt((z * z + y * y) + x * x) if ndim == 3 else np.sqrt(y * y + x * x)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
           starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
@@ -290,7 +290,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
             v = e
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
           starts, step, end, first_read, last_read, length, item_k, physical, limits):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
@@ -362,7 +362,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
             v = e
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _scan_rows(first, last, marks, tops, PZ, PY, PX, wz, wy, wx):
     """The vote field ``tops[0]`` from the marks (a running sum along each row:
     runs never leave their row, see ``_Frame``), 0 outside the image (votes
@@ -575,7 +575,7 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None) -> n
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _contrast_numerators(first, last, out, s, points, wz, wy, wx, sign, ring, part, whole, depth):
     """Cells first..last (``points``: (N, 3) z, y, x; Z = 1 in 2D): sign*s at the
     cell minus the minimum of sign*s over the box of half-width min(window,
