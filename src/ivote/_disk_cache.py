@@ -60,7 +60,10 @@ def cached_arrays(name: str, key: dict, source: str, compute: Callable[[], dict]
     folder = cache_folder()
     if folder is None:
         return compute()
-    path = folder / f"{name}-{_fingerprint(name, key, source)}.npz"
+    try:
+        path = folder / f"{name}-{_fingerprint(name, key, source)}.npz"
+    except OSError:  # no readable source (a frozen or .pyc-only install): no cache, never an error
+        return compute()
     try:
         with np.load(path, allow_pickle=False) as stored:
             return {k: stored[k] for k in stored.files}

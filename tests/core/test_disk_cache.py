@@ -95,3 +95,20 @@ def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert folder is not None and folder.name == "ivote" and folder.is_absolute()
     monkeypatch.setenv("IVOTE_CACHE_DIR", str(tmp_path / "mine"))
     assert _disk_cache.cache_folder() == tmp_path / "mine"
+
+
+def test_unreadable_source_computes_without_a_cache(tmp_path):
+    """A frozen or .pyc-only install has no source file to fingerprint: the arrays are computed,
+    nothing is written, no error."""
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"a": np.arange(3)}
+
+    folder = tmp_path / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IVOTE_CACHE_DIR", str(folder))
+        got = _disk_cache.cached_arrays("thing", {"k": 1}, str(tmp_path / "missing.py"), compute)
+    np.testing.assert_array_equal(got["a"], np.arange(3))
+    assert calls == [1] and not folder.exists()
