@@ -267,11 +267,32 @@ def on_free_gpu_memory(hook=None, *, tables: bool = False):
     return register if hook is None else register(hook)
 
 
+_pinned_tables = [0]  # chunked blocks running (``pin_gpu_tables``)
+_pinned_lock = threading.Lock()
+
+
+class pin_gpu_tables:
+    """While a chunked block runs, :func:`free_gpu_memory` keeps the memoized tables
+    whoever calls it (e.g. a napari worker finishing beside a chunked run): the block's
+    memory share counts them outside, as held before it started."""
+
+    def __enter__(self):
+        with _pinned_lock:
+            _pinned_tables[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _pinned_lock:
+            _pinned_tables[0] -= 1
+
+
 def free_gpu_memory(*, keep_tables: bool = False) -> None:
     """Drop the buffers modules keep between calls (``on_free_gpu_memory``), then
     return cached blocks of CuPy's memory pools to the driver. ``keep_tables``:
     keep the memoized tables (cone tables, taps), as between the blocks of one
-    chunked run, which counts them outside each block's share."""
+    chunked run, which counts them outside each block's share (kept too while
+    a block runs, :class:`pin_gpu_tables`)."""
+    keep_tables = keep_tables or _pinned_tables[0] > 0
     for hook in list(_release_hooks) + ([] if keep_tables else list(_table_hooks)):
         hook()
     cupy = _cupy()

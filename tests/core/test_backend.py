@@ -102,6 +102,9 @@ def test_free_gpu_memory_drops_memoized_tables():
     _cuda._taps["key"] = np.ones(1)
     _backend.free_gpu_memory(keep_tables=True)  # between the blocks of a chunked run
     assert _spectral._twiddle_cache and _cuda._cache and _cuda._taps
+    with _backend.pin_gpu_tables():  # a block runs: another thread's release keeps them too
+        _backend.free_gpu_memory()
+    assert _spectral._twiddle_cache and _cuda._cache and _cuda._taps
     _backend.free_gpu_memory()
     assert not _spectral._twiddle_cache and not _cuda._cache and not _cuda._taps
     np.testing.assert_array_equal(_spectral._twiddles((0, 1, 2), 8, 5, -1, np.complex128, np), first)

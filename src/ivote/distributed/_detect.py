@@ -533,14 +533,17 @@ class gpu_limit:
         self.limit = limit
 
     def __enter__(self):
-        from .._backend import _cupy, free_gpu_memory, limit_gpu_memory
+        from .._backend import _cupy, free_gpu_memory, limit_gpu_memory, pin_gpu_tables
 
         _GPU_LOCK.acquire()
+        self.pinned = pin_gpu_tables()  # another thread's free_gpu_memory keeps them meanwhile
+        self.pinned.__enter__()
         try:
             free_gpu_memory(keep_tables=True)  # tables are counted outside the block's share
             held = int(_cupy().get_default_memory_pool().total_bytes())
             self.previous = limit_gpu_memory(held + self.limit)
         except BaseException:
+            self.pinned.__exit__(None, None, None)
             _GPU_LOCK.release()
             raise
 
@@ -551,6 +554,7 @@ class gpu_limit:
             _cupy().get_default_memory_pool().free_all_blocks()
             limit_gpu_memory(self.previous)
         finally:
+            self.pinned.__exit__(None, None, None)
             _GPU_LOCK.release()
 
 
