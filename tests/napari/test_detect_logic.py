@@ -183,3 +183,18 @@ def test_the_estimate_runs_on_the_runs_backend_with_the_numpy_value(backend):
     reference = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
     other = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend=backend)
     assert other == pytest.approx(reference, rel=0.02) and abs(other / sample.radius - 1) < 0.2
+
+
+def test_estimate_input_of_a_zarr_time_lapse_stays_lazy():
+    """The Estimate button's frame of a Zarr time-lapse is a lazy view (its central crop is read
+    later, in the worker), not the whole frame read at once; it holds the displayed frame."""
+    import types
+
+    zarr = pytest.importorskip("zarr")
+    pytest.importorskip("dask")
+    frames = zarr.zeros((3, 64, 64), chunks=(1, 32, 32), dtype="f4")
+    frames[1] = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    layer = types.SimpleNamespace(multiscale=False, data=frames, world_to_data=np.asarray)
+    frame = logic.estimate_input(layer, timelapse=True, world_point=(1, 0, 0))
+    assert not isinstance(frame, np.ndarray) and hasattr(frame, "dask")
+    np.testing.assert_array_equal(np.asarray(frame), frames[1])

@@ -568,7 +568,16 @@ def estimate_input(layer, *, timelapse: bool, world_point):
     """The pixels a layer's radius is estimated on: the full-resolution image (RGB axis kept), or the displayed frame
     of a time-lapse; a lazy array stays lazy (:func:`estimate_layer_radius` reads a central crop of it)."""
     data = layer.data[0] if layer.multiscale else layer.data
-    return data[displayed_frame(layer, world_point)] if timelapse else data
+    if not timelapse:
+        return data
+    if is_lazy(layer) and not hasattr(data, "dask"):  # e.g. Zarr: indexing it would read the whole frame
+        try:
+            import dask.array as da
+
+            data = da.from_array(data, chunks=getattr(data, "chunks", "auto"))
+        except ImportError:
+            pass
+    return data[displayed_frame(layer, world_point)]
 
 
 def estimate_layer_radius(data, geometry: ImageGeometry, *, polarity: str, lazy: bool, backend: str = "auto") -> float:

@@ -62,11 +62,19 @@ class EstimatePanel(Container):
         dock, source = self.dock, self.dock.estimate_source()
         if isinstance(source, str):
             return dock.status.show(source, error=True)
+        volume = getattr(dock, "volume", None)
+        if volume is not None and volume.busy:  # its blocks hold the GPU under a memory cap
+            return dock.status.show("A whole-volume run is going on: press Estimate when it ends (or cancel it).",
+                                    error=True)
         layer, geometry, timelapse = source
-        data = logic.estimate_input(layer, timelapse=timelapse, world_point=dock.viewer.dims.point)
-        polarity, lazy = dock.polarity.value, logic.is_lazy(layer)
+        point, polarity, lazy = tuple(dock.viewer.dims.point), dock.polarity.value, logic.is_lazy(layer)
+
+        def estimate(job):  # the frame is read here, in the worker: a Zarr frame can be large
+            data = logic.estimate_input(layer, timelapse=timelapse, world_point=point)
+            return logic.estimate_layer_radius(data, geometry, polarity=polarity, lazy=lazy)
+
         self._running(True)
-        self.runner.start(lambda job: logic.estimate_layer_radius(data, geometry, polarity=polarity, lazy=lazy),
+        self.runner.start(estimate,
                           lambda value: self._apply(source, value), desc="Estimating the nucleus radius",
                           inputs=(layer,), on_end=lambda: self._running(False))
 
