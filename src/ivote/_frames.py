@@ -147,10 +147,15 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
     workers = _workers(workers, n_frames, backend)
 
     estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
-    if estimated:  # one radius for the whole series, as one threshold
-        radius = iterative_voting(frames[0], radius="auto", threshold="none", backend=backend, **options).radius
+    first = None
+    if estimated:  # one radius for the whole series, as one threshold: the first frame's, kept
+        first = iterative_voting(_frame(frames, 0), radius="auto", threshold=per_frame_threshold, backend=backend,
+                                 **options)
+        radius = first.radius
 
     def detect(t, frame):
+        if t == 0 and first is not None:
+            return first
         return iterative_voting(frame, radius=radius, threshold=per_frame_threshold, backend=backend, **options)
 
     found = _map_frames(detect, frames, n_frames, workers, progress)
