@@ -283,3 +283,34 @@ def test_gpu_taps_are_scipys_gaussian_padded(sigma, order):
         expected = ndi.gaussian_filter1d(image, sigma, axis=axis, order=order, mode="reflect")
         np.testing.assert_allclose(ndi.correlate1d(image, taps, axis=axis, mode="reflect"), expected,
                                    rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape, budget, expected", [
+    ((100, 100), 10_000, (100, 100)),  # fits: whole
+    ((400, 400), 10_000, (100, 100)),  # a square crop, centred
+    ((40, 1000, 1000), 400_000, (40, 100, 100)),  # a thin stack keeps every plane
+    ((40, 1000, 1000), 40_000, (34, 34, 34)),  # unless it is thicker than the crop
+    ((8, 2000, 3), 1_000, (8, 41, 3)),  # two short axes kept whole
+    ((64, 64, 64), 4_096, (16, 16, 16)),
+])
+def test_central_crop_keeps_short_axes_whole(shape, budget, expected):
+    from ivote.detect._radius import central_crop
+
+    crop = central_crop(shape, budget)
+    sides = tuple(s.stop - s.start for s in crop)
+    assert sides == expected and np.prod(sides) <= max(budget, np.prod(shape) if np.prod(shape) <= budget else 0)
+    for s, n in zip(crop, shape):  # centred
+        assert 0 <= s.start and s.stop <= n and abs(s.start - (n - s.stop)) <= 1
+
+
+def test_large_images_are_estimated_on_the_crop_rgb_before_its_colour_conversion(monkeypatch):
+    from ivote.detect import _radius
+
+    monkeypatch.setattr(_radius, "_MAX_PIXELS", 96 * 96)
+    sample = synthetic_nuclei((160, 200), radius=5.0, noise=0.05, seed=4)
+    crop = _radius.central_crop(sample.image.shape)
+    assert estimate_radius(sample.image, backend="numpy") == estimate_radius(sample.image[crop], backend="numpy")
+    rgb = np.stack([255 - 150 * sample.image, 255 - 200 * sample.image, 255 - 60 * sample.image], axis=-1)
+    rgb[:20] = [20, 200, 30]  # an off-crop region of another colour: the stain fit must not see it
+    rgb = np.clip(rgb, 0, 255).astype(np.uint8)
+    assert estimate_radius(rgb, backend="numpy") == estimate_radius(rgb[crop], backend="numpy")

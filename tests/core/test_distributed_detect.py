@@ -338,3 +338,15 @@ def test_thin_axes_are_refused_as_iterative_voting_refuses_them():
     with pytest.raises(type(whole.value), match="at least 3 along every axis") as chunked:
         detect_chunked(thin, RADIUS, backend="numpy")
     assert str(chunked.value) == str(whole.value)
+
+
+def test_auto_radius_is_the_in_memory_estimate_on_an_image_larger_than_the_crop(monkeypatch):
+    """Both read the same central crop (``_radius.central_crop``), the chunked engine alone."""
+    from ivote.detect import _radius
+
+    monkeypatch.setattr(_radius, "_MAX_PIXELS", 80 * 80)
+    image = synthetic_nuclei((120, 180), radius=RADIUS, seed=3).image
+    whole = iterative_voting(image, radius="auto", backend="numpy")
+    chunked = detect_chunked(image, "auto", chunks=(60, 90), scheduler="sync", backend="numpy")
+    assert chunked.radius_estimated and chunked.radius == whole.radius
+    assert whole.radius == _radius.estimate_radius(image[_radius.central_crop(image.shape)], backend="numpy")

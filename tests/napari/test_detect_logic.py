@@ -155,19 +155,20 @@ class _ReadRecorder:
         return self.array[key]
 
 
-def test_a_lazy_layer_is_estimated_on_a_central_crop_as_the_chunked_engine_does():
+def test_a_lazy_layer_is_estimated_on_a_central_crop_as_the_chunked_engine_does(monkeypatch):
     from ivote.data import synthetic_nuclei
-    from ivote.detect import estimate_radius
+    from ivote.detect import _radius, estimate_radius
 
+    monkeypatch.setattr(_radius, "_MAX_PIXELS", 64 * 1200)  # the crop: 1200 of the 2400 rows
     sample = synthetic_nuclei((2400, 64), spacing=(0.5, 0.5), radius=4.0, noise=0.05, seed=2)
     geometry = logic.image_geometry(sample.image.shape, scale=sample.spacing)
     lazy = _ReadRecorder(sample.image)
     estimate = logic.estimate_layer_radius(lazy, geometry, polarity="bright", lazy=True, backend="numpy")
     read = sum(np.prod([s.stop - s.start for s in key]) for key in lazy.reads)
-    assert 0 < read < sample.image.size  # a crop, not the whole array
+    assert 0 < read <= 64 * 1200  # the crop, not the whole array
     assert abs(estimate / sample.radius - 1) < 0.2
     in_memory = logic.estimate_layer_radius(sample.image, geometry, polarity="bright", lazy=False, backend="numpy")
-    assert in_memory == estimate_radius(sample.image, spacing=sample.spacing, backend="numpy")
+    assert in_memory == estimate_radius(sample.image, spacing=sample.spacing, backend="numpy") == estimate
 
 
 @pytest.mark.parametrize("backend", ["numba", pytest.param("cupy", marks=pytest.mark.gpu)])

@@ -65,6 +65,9 @@ def _grey_signal(image, spacing, polarity, channel, backend):
     bright (-1 for ``polarity='dark'``)."""
     xp = select_xp(backend, image)
     image = check_image(image, allow_rgb=True)
+    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)  # as spatial_signal reads it
+    crop = central_crop(image.shape[:-1] if rgb else image.shape)
+    image = image[crop + (slice(None),) * rgb]  # before the colour conversion and the copy to the GPU
     image = to_device(image, xp) if get_array_module(image) is not xp else image
     signal, from_rgb = spatial_signal(image, channel, xp)
     spacing = check_spacing(spacing, signal.ndim)
@@ -158,7 +161,9 @@ def estimate_radius(image: ArrayLike | Array, *, spacing: Spacing = None, polari
     at best; the detector needs its length. In 3D the middle semi-axis,
     not the longest: volumes are blurred most along the optical axis, which
     stretches every nucleus along z in the image. Images over 2^21 pixels
-    are measured on a central crop of that size.
+    are measured on a central crop of that size (the same side along every
+    longer axis; shorter axes, such as a thin z stack's, whole); RGB is
+    cropped before its colour conversion.
 
     Examples
     --------
@@ -181,16 +186,30 @@ def _radii(low: float, high: float) -> np.ndarray:
     return low * _SCALE_STEP ** np.arange(-1, count + 1)
 
 
+def central_crop(shape, max_pixels: int | None = None) -> tuple:
+    """Slices of the central crop a radius is estimated on: the whole image up to
+    ``max_pixels`` pixels; beyond, the same side s along every axis longer than s
+    and the whole of every shorter axis (a thin z stack keeps all its planes), s as
+    large as ``max_pixels`` allows. The one rule for in-memory and chunked images,
+    so a lazy volume and the same volume in memory get the same estimate."""
+    shape = tuple(int(n) for n in shape)
+    max_pixels = _MAX_PIXELS if max_pixels is None else max_pixels
+    keep = list(shape)
+    if math.prod(shape) > max_pixels:
+        budget, remaining = float(max_pixels), sorted(range(len(shape)), key=lambda a: shape[a])
+        while remaining:
+            side = budget ** (1 / len(remaining)) * (1 + 1e-12)  # 4096 ** (1/3) is 15.999...
+            if shape[remaining[0]] <= side:  # shorter than the crop's side: kept whole
+                budget /= shape[remaining.pop(0)]
+                continue
+            for axis in remaining:
+                keep[axis] = max(int(side), 1)
+            break
+    return tuple(slice((n - k) // 2, (n - k) // 2 + k) for n, k in zip(shape, keep))
+
+
 def _central_crop(signal, max_pixels: int):
-    if signal.size <= max_pixels:
-        return signal
-    side = (max_pixels / signal.size) ** (1 / signal.ndim)
-    slices = []
-    for n in signal.shape:
-        keep = max(int(n * side), 1)
-        start = (n - keep) // 2
-        slices.append(slice(start, start + keep))
-    return signal[tuple(slices)]
+    return signal[central_crop(signal.shape, max_pixels)]
 
 
 _GPU_TAPS_RADIUS = 16  # GPU filters pad their taps to a multiple of this radius (see _gaussian)

@@ -118,8 +118,8 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     radius : float or 'auto'
         Largest nucleus radius, in the units of ``spacing`` (as in
         :func:`ivote.iterative_voting`). ``'auto'`` estimates it on the image's
-        central crop (``AUTO_RADIUS_CROP``: 2048² or 256³; the in-memory estimate
-        when the image is smaller or one block).
+        central crop (``ivote.detect._radius.central_crop``, read alone): the
+        in-memory estimate of the same image.
     spacing : sequence of float, optional
         Pixel size per axis.
     chunks : int or tuple of int, optional
@@ -686,17 +686,12 @@ def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_p
                       radius_estimated=estimated)
 
 
-#: voxels per axis of the central crop the radius is estimated on (radius='auto', several blocks)
-AUTO_RADIUS_CROP = {2: 2048, 3: 256}
-
-
 def _estimate_radius(image, shape, spacing, polarity, backend) -> float:
-    """``radius='auto'``: ``ivote.detect.estimate_radius`` on the image's central crop
-    (``AUTO_RADIUS_CROP``; the whole image when smaller, which is then the in-memory estimate)."""
-    from ..detect._radius import estimate_radius
+    """``radius='auto'``: ``ivote.detect.estimate_radius`` on the image's central crop,
+    read alone (the crop the in-memory estimate measures: ``_radius.central_crop``)."""
+    from ..detect._radius import central_crop, estimate_radius
 
-    side = AUTO_RADIUS_CROP[len(shape)]
-    crop = tuple(slice(max(0, (n - side) // 2), max(0, (n - side) // 2) + min(n, side)) for n in shape)
+    crop = central_crop(shape)
     return estimate_radius(_read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute()),
                            spacing=spacing, polarity=polarity, backend=backend)
 
