@@ -183,6 +183,15 @@ def test_segment_estimates_the_radius_for_seeds_clicked_by_hand(make_napari_view
     assert widget.radius.value == pytest.approx(core, abs=0.005)  # the box shows two decimals
     assert abs(widget.radius.value / sample.radius - 1) < 0.2
     assert widget.estimate.result_label.value == f"estimated {core:.3g} µm"
+    widget.iterations.value = 2
+    widget.run()
+    _settled(qtbot, widget)
+    metadata = viewer.layers["labels: cells"].metadata  # the radius used and the estimate go with the labels
+    assert metadata == {"radius": core, "radius_estimate": core, "radius_estimated": True}  # not the box's rounding
+    widget.radius.value = 9.0  # a radius of the user's
+    widget.run()
+    _settled(qtbot, widget)
+    assert viewer.layers["labels: cells"].metadata == {"radius": 9.0, "radius_estimate": core, "radius_estimated": False}
 
 
 # -- rough edges of the other docks ------------------------------------------------------------------------------------

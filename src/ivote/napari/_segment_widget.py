@@ -147,12 +147,19 @@ class SegmentWidget(DockWidget):
             return _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
                                                    **kwargs))
 
+        estimate = self.estimate.estimate_for(image)
+        if estimate is not None and abs(radius - estimate) <= 0.5 * 10.0 ** -self.radius.native.decimals():
+            radius = kwargs["radius"] = float(estimate)  # the box shows the estimate rounded: run with the estimate
+        metadata = {"radius": float(radius)}  # with the Estimate button's value, as the Detect dock stores it
+        if estimate is not None:
+            metadata.update(radius_estimate=float(estimate), radius_estimated=radius == float(estimate))
         self.status.show(f"segmenting {len(seeds)} seeds…")
-        self.start(work, lambda labels: self._show(image, labels, len(seeds)), desc="Segmenting nuclei",
+        self.start(work, lambda labels: self._show(image, labels, len(seeds), metadata), desc="Segmenting nuclei",
                    total=total, inputs=(image, points))
 
-    def _show(self, image, labels, n_seeds):
-        show_result(self.viewer, result_name(LABELS, image.name), labels, **spatial_transform(image, labels.ndim))
+    def _show(self, image, labels, n_seeds, metadata):
+        show_result(self.viewer, result_name(LABELS, image.name), labels, metadata=metadata,
+                    **spatial_transform(image, labels.ndim))
         count = len(np.unique(labels)) - 1
         self.status.show(f"{count} nuclei from {n_seeds} seeds" +
                          (f" ({n_seeds - count} dropped: faint, merged or duplicate)" if count < n_seeds else ""))
