@@ -570,11 +570,12 @@ def iterative_voting(
             raise ValueError(f"features must have the image's spatial shape {tuple(signal.shape)}; got {tuple(features.shape)}")
         signal = to_device(features, xp) if get_array_module(features) is not xp else features
     plan = make_plan(radius, spacing, ndim)
-    _check_work(signal.shape, plan, spacing, blur if features is None else 0.0, xp is not np)
+    compiled = xp is np and use_numba(xp, backend)
+    _check_work(signal.shape, plan, spacing, blur if features is None else 0.0, xp is not np,
+                "numba" if compiled else "numpy")
     if signal.size >= 2**31 and xp is not np:
         raise ValueError(f"image is too large for one GPU pass ({signal.size} pixels >= 2**31); process it in tiles")
 
-    compiled = xp is np and use_numba(xp, backend)
     detect_on = _detect_on_gpu if xp is not np else (_detect_on_numba if compiled else _detect_on_cpu)
     votes, coords, values, contrast, n_passes = detect_on(
         image, signal, plan, sign, blur, spacing, from_rgb, features is not None, iter_callback, return_votes
@@ -602,7 +603,18 @@ def iterative_voting(
 
 
 _MIN_AXIS_PIXELS = 3
-_CPU_BYTES_PER_PIXEL = 48  # float64 image and blur, float32 copy, uint32 votes, directions
+_CPU_MEMORY = {"numba": (96, 16 * 2**20), "numpy": (256, 128 * 2**20)}
+"""Host memory of a CPU detection beyond its input: (bytes per pixel, fixed bytes). Measured with
+tracemalloc (2D 384² and 1024², 3D 40³ and 96³): Numba 66-94 B/pixel (float64 copies, blur,
+gradient, votes and their sparse table in a frame padded by the window, the voters' tables); the
+NumPy path 240-275 B/pixel at 1024² and 96³ plus buffers of its batched votes (87-112 MiB on small
+images)."""
+
+
+def cpu_detection_memory(pixels: int, path: str) -> float:
+    """Host bytes a CPU detection (``path`` 'numba' or 'numpy') of ``pixels`` pixels allocates."""
+    per_pixel, fixed = _CPU_MEMORY[path]
+    return per_pixel * pixels + fixed
 
 
 def check_settings(shape, spacing, polarity, blur, min_contrast, threshold) -> tuple:
@@ -642,7 +654,7 @@ def _cone_votes_per_voter(plan) -> float:
     return len(plan.offsets) * share
 
 
-def _check_work(shape, plan, spacing, blur, gpu) -> None:
+def _check_work(shape, plan, spacing, blur, gpu, cpu_path: str = "numba") -> None:
     """Refuse (ResourceLimitError) a detection whose estimated votes and blur taps or host
     memory exceed the limits of ``ivote._limits``."""
     from .._limits import check_budget
@@ -653,7 +665,7 @@ def _check_work(shape, plan, spacing, blur, gpu) -> None:
     check_budget(
         f"iterative_voting on {'x'.join(map(str, shape))} pixels with radius {plan.radius:g} "
         f"({len(plan.offsets)} offsets, {plan.n_passes} passes)",
-        work=work, memory=None if gpu else pixels * _CPU_BYTES_PER_PIXEL, gpu=gpu,
+        work=work, memory=None if gpu else cpu_detection_memory(pixels, cpu_path), gpu=gpu,
         advice="use a smaller radius or blur, or a crop of the image",
     )
 

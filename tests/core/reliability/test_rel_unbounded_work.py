@@ -86,9 +86,15 @@ def test_blur_counts_in_the_work_estimate(monkeypatch, nuclei_2d):
 
 
 def test_detection_memory_limit(monkeypatch, nuclei_2d):
+    import re
+
+    from ivote.detect._voting import cpu_detection_memory
+
     monkeypatch.setenv("IVOTE_MAX_MEMORY", "64K")
-    with pytest.raises(ResourceLimitError, match=r"about 192 KB of memory, above the limit of 64 KB"):
-        iterative_voting(nuclei_2d[0], radius=4, backend="numpy")
+    for backend in ("numpy", "numba"):
+        expected = format_bytes(cpu_detection_memory(nuclei_2d[0].size, backend))
+        with pytest.raises(ResourceLimitError, match=rf"about {re.escape(expected)} of memory, above the limit of 64 KB"):
+            iterative_voting(nuclei_2d[0], radius=4, backend=backend)
 
 
 # --- ConvRBM: spectra of many filters -----------------------------------------------------------------------
@@ -267,3 +273,25 @@ def test_cli_tiff_declaring_terabytes_is_one_line(tmp_path, monkeypatch, cli):
     status, _, err = cli("detect", path, "--radius", 4, "--out", tmp_path / "p.csv")
     assert_one_line_failure(status, err, "1.82 TB of memory", "check that the file is not damaged",
                             command="ivote detect")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("shape, radius", [((384, 384), 8.0), ((40, 40, 40), 5.0)])
+def test_the_memory_estimate_covers_what_a_cpu_detection_allocates(backend, shape, radius):
+    """The host memory ``_check_work`` refuses on is at least what the detection's arrays take
+    (NumPy's allocations, traced; the Numba kernels' small scratch arrays are not)."""
+    import tracemalloc
+
+    from ivote.data import synthetic_nuclei
+    from ivote.detect._voting import cpu_detection_memory
+
+    image = synthetic_nuclei(shape, radius=radius / 1.5, seed=3).image
+    iterative_voting(image, radius=radius, backend=backend)  # compiled, tables built
+    tracemalloc.start()
+    try:
+        iterative_voting(image, radius=radius, backend=backend)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = cpu_detection_memory(image.size, backend)
+    assert estimate / 4 < peak <= estimate
