@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import tifffile
@@ -140,3 +142,14 @@ def test_max_patches_bounds_the_training_steps(monkeypatch):
     np.testing.assert_array_equal(same.filters_, reference.filters_)  # a cap above the count changes nothing
     with pytest.raises(ValueError, match="max_patches"):
         ConvRBM(3, 5, xp=np).fit(image, max_patches=0)
+
+
+def test_nucleus_features_warn_in_3d_not_in_2d():
+    volume = synthetic_nuclei((16, 24, 24), radius=4, seed=1)
+    learned = NucleusFeatures(5)
+    with pytest.warns(UserWarning, match="worse than the default blur in 3D"):
+        learned.fit(volume.image)
+    assert learned.model.ndim == 3  # warned, not refused: the model is still fitted
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        NucleusFeatures(5).fit(synthetic_nuclei((32, 32), radius=4, seed=1).image)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,10 @@ MAX_TILES = 1024
 images train no longer (their filters are the same kind), only the transform grows with the image."""
 NUCLEUS_MAP_BLUR = 1 / 6
 """Pre-blur of the nucleus map / voting radius (a quarter of the typical radius; the best blur width on gbm40)."""
+THREE_D_WARNING = (
+    "learned features detected worse than the default blur in 3D (stardist3d F1 0.85 vs 0.96, qcanet3d level at "
+    "1.00; docs/features.md): keep the blur (features=None) for volumes")
+"""Warned by :meth:`NucleusFeatures.fit` on a 3D image."""
 LEARNING_RATES = (1e-3, 3e-4, 1e-4)
 """Tried in turn: a Gaussian-ReLU RBM can diverge, then training restarts with a smaller step."""
 
@@ -70,7 +75,8 @@ class NucleusFeatures:
     votes on the model's reconstruction (:meth:`ConvRBM.detection_input`). No
     labels are used. Measured on H&E (``docs/features.md``): better than the
     default 2-pixel blur, level with a blur of the voting radius / 6 at the
-    default threshold; on fluorescence and in 3D keep the blur.
+    default threshold; on fluorescence keep the blur. On a 3D image
+    :meth:`fit` warns (``UserWarning``): there it detected worse than the blur.
 
     Parameters
     ----------
@@ -131,6 +137,8 @@ class NucleusFeatures:
             radius = estimate_radius(image, spacing=self.spacing, polarity=self.polarity)
         self._radius_used = radius
         grey = as_grayscale(image, rgb)
+        if grey.ndim == 3:
+            warnings.warn(THREE_D_WARNING, UserWarning, stacklevel=2)
         spacing = self.spacing if self.spacing is not None and len(self.spacing) == grey.ndim else None
         shape = nucleus_filter_shape(radius, spacing if spacing is not None else (1.0,) * grey.ndim)
         patch = default_patch_shape(grey.shape, max(shape))
