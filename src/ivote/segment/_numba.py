@@ -39,6 +39,7 @@ import operator
 
 import numpy as np
 from numba import njit
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._backend import numba_lock
@@ -85,6 +86,44 @@ def _binary(compare):
 
 
 _min, _max = _binary(operator.lt), _binary(operator.gt)
+
+
+def _allocator():
+    """``_empty(length, dtype)``: a new 1D C-contiguous array, as ``np.empty(length, dtype=dtype)``
+    but emitted in place by an intrinsic (NRT allocation, no overflow check: lengths are box
+    sizes), without ``np.empty``'s overload, which compiles a function of its own for every dtype
+    and literal length (0.03-0.15 s each at the first segmentation). ``np.empty`` where Numba's
+    array internals are not there."""
+    try:
+        from numba.core import types
+        from numba.np.arrayobj import make_array, populate_array
+    except ImportError:  # pragma: no cover (another Numba)
+        return njit(lambda length, dtype: np.empty(length, dtype=dtype))
+
+    @intrinsic
+    def empty(typingctx, length, dtype):
+        array_type = types.Array(dtype.instance_type, 1, "C")
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            n = context.cast(builder, args[0], signature.args[0], types.intp)
+            data_type = context.get_data_type(array_type.dtype)
+            itemsize = context.get_constant(types.intp, context.get_abi_sizeof(data_type))
+            align = context.get_constant(types.uint32, context.get_preferred_array_alignment(array_type.dtype))
+            meminfo = context.nrt.meminfo_alloc_aligned(builder, builder.mul(n, itemsize), align)
+            array = make_array(array_type)(context, builder)
+            populate_array(array, data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo), data_type.as_pointer()),
+                           shape=cgutils.pack_array(builder, [n], ty=intp),
+                           strides=cgutils.pack_array(builder, [itemsize], ty=intp), itemsize=itemsize,
+                           meminfo=meminfo)
+            return array._getvalue()
+
+        return array_type(length, dtype), codegen
+
+    return empty
+
+
+_empty = _allocator()
 
 
 # -- the smooth functions of levelset.cu (float32) ------------------------------------------------
@@ -225,7 +264,7 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
     inv_eps = coef[12]
     # the other objects' overlap at each cell of one box (cells outside the image keep stale
     # values: they are frozen), then the scratch of the region sums
-    overlap = np.empty(cells, dtype=np.float32)
+    overlap = _empty(cells, np.float32)
     for c in range(cells):
         overlap[c] = _ZERO
     for obj in range(first, last):
@@ -351,14 +390,40 @@ def _envelope(f, n, h, out, v, bounds):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _edt_box(inside, box, spacing, g, f, result, sites, bounds):
-    """Squared distances (physical) within one flattened box of shape ``box``: g[:cells] from
-    inside cells to the nearest outside cell, g[cells:] from outside cells to the nearest inside
-    cell (0 on the cells of the other kind, _EDT_INF when there is none): the lower envelope
-    along x, then y, then z, through one line loop (strided lines of the flattened box; one
-    envelope to compile). f, result, sites, bounds: scratch of the longest side (+1)."""
+def _measure_box(inside, box, spacing, moments, distances, g, f, result, sites, bounds):
+    """Of the inside cells of one flattened box of shape ``box`` (in the image, phi > 0): their
+    moments, the sums of [1, r_j, r_j r_k (j <= k)] with r the box-centred physical position
+    (z, y, x; 2D boxes use y, x), float64, into ``moments`` (m,), for the shape prior's fit; then
+    (``distances``) the squared physical distances: g[:cells] from inside cells to the nearest
+    outside cell, g[cells:] from outside cells to the nearest inside cell (0 on the cells of the
+    other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z, through
+    one line loop (strided lines of the flattened box; one envelope to compile). f, result,
+    sites, bounds: scratch of the longest side (+1). Without fastmath (unlike its caller): the
+    sums and envelopes round as _reference's."""
     bz, by, bx = box[0], box[1], box[2]
     cells = bz * by * bx
+    m = moments.shape[0]
+    ndim = 3 if m == 10 else 2  # m = 1 + ndim + ndim (ndim + 1) / 2
+    for j in range(m):
+        moments[j] = 0.0
+    for z in range(bz):
+        for y in range(by):
+            row = (z * by + y) * bx
+            for x in range(bx):
+                if not inside[row + x]:
+                    continue
+                r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
+                     (x - 0.5 * (bx - 1)) * spacing[2])
+                moments[0] += 1.0
+                col = 1 + ndim
+                for j in range(ndim):
+                    rj = r[3 - ndim + j]
+                    moments[1 + j] += rj
+                    for k in range(j, ndim):
+                        moments[col] += rj * r[3 - ndim + k]
+                        col += 1
+    if not distances:
+        return
     for kind in range(2):
         offset = kind * cells
         for c in range(cells):
@@ -378,24 +443,26 @@ def _edt_box(inside, box, spacing, g, f, result, sites, bounds):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, out, any_inside):
+def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, out, any_inside, moments, distances):
     """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
     inside cells d_in - 1/2, outside -(_min(d_out, clip) - 1/2), cells with an axis neighbour
-    (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|.
-    phi, out: (N, cells) float32, boxes of shape ``box`` flattened."""
+    (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|; and the
+    moments of the inside cells (:func:`_measure_box`), which are those of ``out`` too (its
+    positive cells in the image), for the next fit. ``distances`` False: the moments only.
+    phi, out: (N, cells) float32, boxes of shape ``box`` flattened; moments (N, m) float64."""
     cells = phi.shape[1]
     bz, by, bx = box[0], box[1], box[2]
     iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
     three_d = bz > 1
     clip32 = F32(clip)
     step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
-    inside = np.empty(cells, dtype=np.bool_)  # one box at a time
-    g = np.empty(2 * cells)
+    inside = _empty(cells, np.bool_)  # one box at a time
+    g = _empty(2 * cells, np.float64)
     longest = _max(_max(bx, by), bz)
-    f = np.empty(longest)
-    result = np.empty(longest)
-    sites = np.empty(longest, dtype=np.int64)
-    bounds = np.empty(longest + 1)
+    f = _empty(longest, np.float64)
+    result = _empty(longest, np.float64)
+    sites = _empty(longest, np.int64)
+    bounds = _empty(longest + 1, np.float64)
     for obj in range(first, last):
         oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
         box_phi = phi[obj]
@@ -413,7 +480,9 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
                         inside[row + x] = True
                         found = True
         any_inside[obj] = found
-        _edt_box(inside, box, spacing, g, f, result, sites, bounds)
+        _measure_box(inside, box, spacing, moments[obj], distances, g, f, result, sites, bounds)
+        if not distances:
+            continue
         target = out[obj]
         for z in range(bz):
             zl, zh = _max(z - 1, 0), _min(z + 1, bz - 1)
@@ -448,41 +517,6 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
 
 
 # -- the shape prior -------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _moments(first, last, phi, origins, box, image_shape, spacing, moments):
-    """Per object first..last, sums over its inside cells (phi > 0, in the image) of
-    [1, r_j, r_j r_k (j <= k)], r the box-centred physical position (z, y, x; 2D boxes use y, x),
-    float64, into ``moments`` (n, m); phi (N, cells), boxes of shape ``box`` flattened."""
-    bz, by, bx = box[0], box[1], box[2]
-    iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
-    m = moments.shape[1]
-    ndim = 3 if m == 10 else 2  # m = 1 + ndim + ndim (ndim + 1) / 2
-    for obj in range(first, last):
-        oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        acc = moments[obj]  # (element-wise: an array assignment would compile its error messages)
-        for j in range(m):
-            acc[j] = 0.0
-        for z in range(bz):
-            for y in range(by):
-                if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
-                    continue
-                lo, hi = _valid_x(ox, bx, ix)
-                row = (z * by + y) * bx
-                for x in range(lo, hi):
-                    if not phi[obj, row + x] > _ZERO:
-                        continue
-                    r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
-                         (x - 0.5 * (bx - 1)) * spacing[2])
-                    acc[0] += 1.0
-                    col = 1 + ndim
-                    for j in range(ndim):
-                        rj = r[3 - ndim + j]
-                        acc[1 + j] += rj
-                        for k in range(j, ndim):
-                            acc[col] += rj * r[3 - ndim + k]
-                            col += 1
-
-
 @_inline
 def _grid_coordinate(u, extent, inv_step, top, t):
     """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
@@ -505,11 +539,11 @@ def _prior(first, last, pose, templates, box, spacing, extent, ndim, t, psi):
     inv_step = F32((t - 1) / (2.0 * extent))
     extent32 = F32(extent)
     top = F32(t - 1)
-    shape = np.empty(nodes, dtype=np.float32)  # mean + sum_k w_k mode_k, one object at a time
+    shape = _empty(nodes, np.float32)  # mean + sum_k w_k mode_k, one object at a time
     longest = _max(_max(bz, by), bx)
-    rel = np.empty(3 * longest, dtype=np.float32)
-    low = np.empty(3, dtype=np.int64)
-    frac = np.empty(3, dtype=np.float32)
+    rel = _empty(3 * longest, np.float32)
+    low = _empty(3, np.int64)
+    frac = _empty(3, np.float32)
     for obj in range(first, last):
         p = pose[obj]
         scale = p[ndim + ndim * ndim]
@@ -590,16 +624,26 @@ class NumbaStepper:
         self.sums = [np.zeros((n, 2)), np.zeros((n, 2))]
         self.prior_model = batch.prior
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
+        self._reinitialised = None  # (the last reinitialise's output, its moments)
 
     def _boxes(self, phi):
         return np.ascontiguousarray(phi, dtype=np.float32).reshape(phi.shape[0], -1)
 
-    def fit(self, phi):
-        """Every object's pose, scale and mode weights from its mask (as _shape_prior.fit_poses)."""
-        boxes = self._boxes(phi)
-        moments = np.zeros((len(boxes), 1 + self.ndim + self.ndim * (self.ndim + 1) // 2))
+    def _measure(self, boxes, out, clip):
+        """:func:`_reinitialise` of ``boxes`` into ``out`` (None: the moments only); (any inside, moments)."""
+        any_inside = np.zeros(len(boxes), dtype=np.bool_)
+        moments = np.empty((len(boxes), 1 + self.ndim + self.ndim * (self.ndim + 1) // 2))
         with numba_lock:
-            for_ranges(_moments, len(boxes), boxes, self.origins, self.box, self.image3, self.spacing3, moments)
+            for_ranges(_reinitialise, len(boxes), boxes, self.origins, self.box, self.image3, self.spacing3,
+                       float(clip), boxes if out is None else out, any_inside, moments, out is not None)
+        return any_inside, moments
+
+    def fit(self, phi):
+        """Every object's pose, scale and mode weights from its mask (as _shape_prior.fit_poses). The
+        masks' moments come with the reinitialisation that returned ``phi`` (its positive cells are
+        the inside cells it measured), else from a pass over ``phi``."""
+        last, self._reinitialised = self._reinitialised, None
+        moments = last[1] if last is not None and last[0] is phi else self._measure(self._boxes(phi), None, 0.0)[1]
         return poses_from_moments(moments, self.batch.spacing, self.prior_model, np)
 
     def prior(self, pose):
@@ -634,13 +678,12 @@ class NumbaStepper:
         """Exact signed distance to the current fronts (as _reference.reinitialise)."""
         boxes = self._boxes(phi)
         out = np.empty_like(boxes)
-        any_inside = np.zeros(boxes.shape[0], dtype=np.bool_)
-        with numba_lock:
-            for_ranges(_reinitialise, len(boxes), boxes, self.origins, self.box, self.image3, self.spacing3,
-                       float(clip), out, any_inside)
+        any_inside, moments = self._measure(boxes, out, clip)
         if not any_inside.any():
             out[...] = -np.float32(clip)
-        return out.reshape(self.batch.valid.shape)
+        out = out.reshape(self.batch.valid.shape)
+        self._reinitialised = (out, moments)  # read by the next fit(out), unless out changes meanwhile
+        return out
 
     def labels(self, phi):
         """Each pixel to the object with the largest positive level set (ties: higher label): the
