@@ -245,20 +245,21 @@ def _accumulate_box(box, image, valid, hc, h, inv_eps):
 
 # -- one iteration ---------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts, origins, valid, frozen, box, coef, hc,
+def _step(first, last, phi, out, image_box, psi, canvas, image_shape, sums_in, region_consts, origins, valid, frozen, box, coef, hc,
           sums_out, update):
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
     phi, out, image_box, psi, hc: (N, cells) float32, each row a box of shape ``box`` (bz, by,
     bx) flattened; valid, frozen: (N, cells) bool, the cell lies in the image; it is a box border
-    or outside the image (it keeps its value); canvas: (iz, iy, ix), the compact Heavisides of
+    or outside the image (it keeps its value); canvas: the image (image_shape: iz, iy, ix)
+    flattened, the compact Heavisides of
     phi summed over objects (from :func:`_canvas`), hc those of phi on entry and of out on
     return; sums_in / sums_out (N, 2) float64: sum of H(phi) I and of H(phi) over valid cells,
     of phi and of out; origins (N, 3).
     """
     cells = phi.shape[1]
     bz, by, bx = box[0], box[1], box[2]
-    iz, iy, ix = canvas.shape
+    iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
     plane = by * bx
     z_step = plane if bz > 1 else 0  # a 2D box: z neighbours 0 apart, so the z terms vanish
     inv_eps = coef[12]
@@ -286,12 +287,10 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
             for z in range(bz):
                 for y in range(by):
                     if oz + z >= 0 and oz + z < iz and oy + y >= 0 and oy + y < iy:
-                        base = z * plane + y * bx
-                        row = canvas[oz + z, oy + y, ox + lo:ox + hi]
-                        own = hc_box[base + lo:base + hi]
-                        cell = overlap[base + lo:base + hi]
-                        for x in range(hi - lo):
-                            cell[x] = _min(_max(row[x] - own[x], _ZERO), _ONE)
+                        cell = np.uint64(z * plane + y * bx + lo)
+                        pixel = np.uint64(((oz + z) * iy + oy + y) * ix + ox + lo)
+                        for x in range(np.uint64(0), np.uint64(_max(hi - lo, 0))):
+                            overlap[cell + x] = _min(_max(canvas[pixel + x] - hc_box[cell + x], _ZERO), _ONE)
             # every cell but the first and last plane (3D) and row, then the frozen ones put back
             _plane(dst, src, image, psi_box, overlap, z_step + bx + 1, cells - z_step - bx - 1, bx, z_step, k, coef)
             keep = frozen[obj]
@@ -305,32 +304,30 @@ def _step(first, last, phi, out, image_box, psi, canvas, sums_in, region_consts,
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _canvas(first, last, hc, origins, box, line_start, line_objects, canvas):
+def _canvas(first, last, hc, origins, box, image_shape, line_start, line_objects, canvas):
     """canvas[pixel] = sum over the boxes covering it of hc (their valid cells), on image lines
     first..last (lines run in parallel), each line's covering boxes from the CSR lists; hc
-    (N, cells), boxes of shape ``box`` flattened."""
+    (N, cells), boxes of shape ``box`` flattened, canvas the image (iz, iy, ix) flattened."""
     by, bx = box[1], box[2]
-    iz, iy, ix = canvas.shape
+    iy, ix = image_shape[1], image_shape[2]
     for line in range(first, last):
         start, stop = line_start[line], line_start[line + 1]
-        if stop == start:
-            continue
         gz, gy = line // iy, line % iy
-        row = canvas[gz, gy]
+        for k in range(start, stop):
+            ox = origins[line_objects[k], 2]
+            lo, hi = _valid_x(ox, bx, ix)
+            pixel = np.uint64(line * ix + ox + lo)
+            for x in range(np.uint64(0), np.uint64(_max(hi - lo, 0))):
+                canvas[pixel + x] = _ZERO
         for k in range(start, stop):
             obj = line_objects[k]
             ox = origins[obj, 2]
             lo, hi = _valid_x(ox, bx, ix)
-            row[ox + lo:ox + hi] = _ZERO
-        for k in range(start, stop):  # (views from index 0: no wrap-around of negative indices)
-            obj = line_objects[k]
-            ox = origins[obj, 2]
-            lo, hi = _valid_x(ox, bx, ix)
-            target = row[ox + lo:ox + hi]
-            base = ((gz - origins[obj, 0]) * by + gy - origins[obj, 1]) * bx
-            src = hc[obj, base + lo:base + hi]
-            for x in range(hi - lo):
-                target[x] += src[x]
+            pixel = np.uint64(line * ix + ox + lo)
+            cell = np.uint64(((gz - origins[obj, 0]) * by + gy - origins[obj, 1]) * bx + lo)
+            box_hc = hc[obj]
+            for x in range(np.uint64(0), np.uint64(_max(hi - lo, 0))):
+                canvas[pixel + x] += box_hc[cell + x]
 
 
 def _line_lists(origins, box, image):
@@ -517,14 +514,6 @@ def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, ou
 
 
 # -- the shape prior -------------------------------------------------------------------------------
-@_inline
-def _grid_coordinate(u, extent, inv_step, top, t):
-    """Lower grid node and fraction of canonical coordinate u (clamped), as prior_sdf."""
-    g = _min(_max((u + extent) * inv_step, _ZERO), top)
-    i0 = _min(int(np.floor(g)), t - 2)
-    return i0, g - F32(i0)
-
-
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _prior(first, last, pose, templates, box, spacing, extent, ndim, t, psi):
     """psi[obj] (objects first..last) = the object's fitted prior SDF on its box (ivote_levelset_prior_eval): u = R^T rel / s,
@@ -557,16 +546,18 @@ def _prior(first, last, pose, templates, box, spacing, extent, ndim, t, psi):
             a = 3 - ndim + i
             for position in range(box[a]):
                 rel[i * longest + position] = (F32(position) - F32((box[a] - 1) / 2)) * F32(spacing[a]) - p[i]
-        r = p[ndim:ndim + ndim * ndim]
         for z in range(bz):
             for y in range(by):
                 for x in range(bx):
-                    cell = (z, y, x)
-                    for i in range(ndim):  # u_i = (R^T rel)_i / s, then its grid node and fraction
+                    for i in range(ndim):  # u_i = (R^T rel)_i / s, then its grid node and fraction (clamped)
                         u = _ZERO
                         for j in range(ndim):
-                            u = u + r[j * ndim + i] * rel[j * longest + cell[3 - ndim + j]]
-                        low[i], frac[i] = _grid_coordinate(u / scale, extent32, inv_step, top, t)
+                            a = 3 - ndim + j
+                            position = x if a == 2 else (y if a == 1 else z)
+                            u = u + p[ndim + j * ndim + i] * rel[j * longest + position]
+                        g = _min(_max((u / scale + extent32) * inv_step, _ZERO), top)
+                        low[i] = _min(np.int64(np.floor(g)), t - 2)
+                        frac[i] = g - F32(low[i])
                     value = _ZERO
                     for corner in range(1 << ndim):  # the first axis is the corner's highest bit
                         weight = _ONE
@@ -620,7 +611,7 @@ class NumbaStepper:
         self.frozen = np.ascontiguousarray(batch.frozen, dtype=np.bool_).reshape(shape2)
         self.psi = np.zeros(shape2, dtype=np.float32)
         self.hc = np.zeros(shape2, dtype=np.float32)
-        self.canvas = np.zeros(tuple(self.image3), dtype=np.float32)
+        self.canvas = np.zeros(int(np.prod(self.image3)), dtype=np.float32)  # the image, flattened
         self.sums = [np.zeros((n, 2)), np.zeros((n, 2))]
         self.prior_model = batch.prior
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
@@ -658,7 +649,7 @@ class NumbaStepper:
         current = self._boxes(phi).copy()
         scratch = np.empty_like(current)
         sums_in, sums_out = self.sums
-        args = (self.image_box, self.psi, self.canvas)
+        args = (self.image_box, self.psi, self.canvas, self.image3)
         masks = (self.valid, self.frozen, self.box)
         with numba_lock:  # one block of iterations at a time (see _backend.numba_lock)
             # prime: the compact Heavisides and region sums of phi, then their canvas
@@ -666,8 +657,8 @@ class NumbaStepper:
             for_ranges(_step, n, current, scratch, *args, sums_out, self.region_consts, self.origins, *masks, self.coef,
                        self.hc, sums_in, False)
             for _ in range(count):
-                for_ranges(_canvas, lines, self.hc, self.origins, self.box, self.line_start, self.line_objects,
-                           self.canvas, grain=16)
+                for_ranges(_canvas, lines, self.hc, self.origins, self.box, self.image3, self.line_start,
+                           self.line_objects, self.canvas, grain=16)
                 for_ranges(_step, n, current, scratch, *args, sums_in, self.region_consts, self.origins, *masks,
                            self.coef, self.hc, sums_out, True)
                 current, scratch = scratch, current
