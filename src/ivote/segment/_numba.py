@@ -386,7 +386,7 @@ def _envelope(f, n, h, out, v, bounds):
         out[q] = d * d + f[v[k]]
 
 
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, no_cpython_wrapper=True, error_model="numpy")
 def _measure_box(inside, box, spacing, moments, distances, g, f, result, sites, bounds):
     """Of the inside cells of one flattened box of shape ``box`` (in the image, phi > 0): their
     moments, the sums of [1, r_j, r_j r_k (j <= k)] with r the box-centred physical position
