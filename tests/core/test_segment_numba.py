@@ -136,3 +136,17 @@ def test_one_compiled_signature_per_kernel_for_2d_3d_and_any_input_type(monkeypa
         _segment.segment_nuclei(image, centers, radius=4.0, spacing=spacing, iterations=4, reinit_every=2)
     kernels = [_numba._step, _numba._canvas, _numba._reinitialise, _numba._prior]
     assert {k.__name__: len(k.signatures) for k in kernels} == {k.__name__: 1 for k in kernels}
+
+
+@pytest.mark.parametrize("name", ["2d-aniso", "3d-aniso"])
+def test_fit_after_reinitialise_reads_its_moments(name):
+    """The moments measured by reinitialise (its inside cells) are those a fresh pass over its
+    output measures: the fit that reads them is bit-identical, and is read once."""
+    batch, phi, radius_n = _evolved_batch(CASES[name])
+    stepper = _numba.NumbaStepper(batch)
+    out = stepper.reinitialise(phi, max(3.0, 0.5 * radius_n))
+    assert stepper._reinitialised is not None and stepper._reinitialised[0] is out
+    from_reinitialise = stepper.fit(out)
+    assert stepper._reinitialised is None
+    np.testing.assert_array_equal(from_reinitialise, stepper.fit(out.copy()))
+    np.testing.assert_allclose(from_reinitialise, ref.ReferenceStepper(batch).fit(out), rtol=1e-5, atol=1e-5)

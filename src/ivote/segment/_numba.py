@@ -10,12 +10,14 @@ sooner than ``parallel=True`` loops), so no two threads write the same cell:
   overlap, as ``ivote_levelset_step``): parallel over objects; it also leaves the compact
   Heaviside of the new level set in ``hc`` and the object's region sums, which the next
   iteration reads (the CUDA kernel's rotating ``canvas``/``sums`` buffers);
-* :func:`_canvas` (the image-sized sum of the compact Heavisides): parallel over image lines
-  (a line is a row of a 2D image, a (z, y) row of a volume), each line adding the boxes that
-  cover it, so the scatter of overlapping boxes needs no atomics;
+* :func:`_canvas` (the image-sized sum of the compact Heavisides, the image flattened):
+  parallel over image lines (a line is a row of a 2D image, a (z, y) row of a volume), each
+  line adding the boxes that cover it, so the scatter of overlapping boxes needs no atomics;
 * :func:`_reinitialise` (exact separable distance transforms of every box, as
-  ``ivote_levelset_edt_*``), :func:`_moments` and :func:`_prior` (the shape prior's fit and
-  evaluation); the labels (largest positive level set per pixel) are one NumPy pass.
+  ``ivote_levelset_edt_*``): it also measures the moments of each box's inside cells
+  (:func:`_measure_box`), which the shape prior's fit of the next block reads (a moments-only
+  pass of the same kernel serves a fit of any other level set); :func:`_prior` evaluates the
+  fitted prior; the labels (largest positive level set per pixel) are one NumPy pass.
 
 2D runs as 3D with one plane (``bz = 1``, z neighbours 0 apart so the z terms vanish): one
 compiled specialisation per kernel serves both. Arithmetic is float32 like the reference,
@@ -27,8 +29,11 @@ helpers are inlined into their kernel by Numba (``_inline``: no compilation of t
 the stencil and the region sums have one call site each, 2D and 3D share every loop,
 set-up work stays in NumPy (:func:`_line_lists`, the labels), and no kernel assigns whole
 arrays (whose shape checks compile string formatting). Boxes come flattened, (N, cells) with
-the box shape beside them, and scratch is 1D ``np.empty``: ``reshape``, ``ravel`` and
-``np.zeros`` each cost 0.1-0.25 s of compilation in a kernel. Each kernel has one signature
+the box shape beside them, indexed by unsigned offsets rather than sliced (a slice's view
+compiles its bounds handling); scratch is 1D and allocated by the intrinsic :func:`_empty`
+(``np.empty`` compiles a function per dtype; ``reshape``, ``ravel`` and ``np.zeros`` each
+cost 0.1-0.25 s of compilation in a kernel). Five compilations in all (four kernels called
+from Python and :func:`_measure_box`, which has no Python wrapper); each has one signature
 whatever the input (see ``tests/core/test_segment_numba.py``).
 """
 
@@ -395,8 +400,9 @@ def _measure_box(inside, box, spacing, moments, distances, g, f, result, sites, 
     outside cell, g[cells:] from outside cells to the nearest inside cell (0 on the cells of the
     other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z, through
     one line loop (strided lines of the flattened box; one envelope to compile). f, result,
-    sites, bounds: scratch of the longest side (+1). Without fastmath (unlike its caller): the
-    sums and envelopes round as _reference's."""
+    sites, bounds: scratch of the longest side (+1). Without fastmath (unlike its caller): its
+    float64 sums and envelopes are neither reassociated nor contracted; called from
+    :func:`_reinitialise` only, so without a Python wrapper (one less to compile)."""
     bz, by, bx = box[0], box[1], box[2]
     cells = bz * by * bx
     m = moments.shape[0]
