@@ -117,8 +117,8 @@ def _allocator():
             align = context.get_constant(types.uint32, context.get_preferred_array_alignment(array_type.dtype))
             meminfo = context.nrt.meminfo_alloc_aligned(builder, builder.mul(n, itemsize), align)
             array = make_array(array_type)(context, builder)
-            populate_array(array, data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo), data_type.as_pointer()),
-                           shape=cgutils.pack_array(builder, [n], ty=intp),
+            data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), data_type.as_pointer())
+            populate_array(array, data=data, shape=cgutils.pack_array(builder, [n], ty=intp),
                            strides=cgutils.pack_array(builder, [itemsize], ty=intp), itemsize=itemsize,
                            meminfo=meminfo)
             return array._getvalue()
@@ -250,17 +250,16 @@ def _accumulate_box(box, image, valid, hc, h, inv_eps):
 
 # -- one iteration ---------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _step(first, last, phi, out, image_box, psi, canvas, image_shape, sums_in, region_consts, origins, valid, frozen, box, coef, hc,
-          sums_out, update):
+def _step(first, last, phi, out, image_box, psi, canvas, image_shape, sums_in, region_consts, origins, valid, frozen,
+          box, coef, hc, sums_out, update):
     """One explicit iteration of objects first..last (``update`` False: copy, after a reinitialisation).
 
     phi, out, image_box, psi, hc: (N, cells) float32, each row a box of shape ``box`` (bz, by,
     bx) flattened; valid, frozen: (N, cells) bool, the cell lies in the image; it is a box border
     or outside the image (it keeps its value); canvas: the image (image_shape: iz, iy, ix)
-    flattened, the compact Heavisides of
-    phi summed over objects (from :func:`_canvas`), hc those of phi on entry and of out on
-    return; sums_in / sums_out (N, 2) float64: sum of H(phi) I and of H(phi) over valid cells,
-    of phi and of out; origins (N, 3).
+    flattened, the compact Heavisides of phi summed over objects (from :func:`_canvas`), hc
+    those of phi on entry and of out on return; sums_in / sums_out (N, 2) float64: sum of H(phi) I
+    and of H(phi) over valid cells, of phi and of out; origins (N, 3).
     """
     cells = phi.shape[1]
     bz, by, bx = box[0], box[1], box[2]
