@@ -6,7 +6,7 @@ from scipy import ndimage
 
 pytest.importorskip("numba")
 
-from ivote import _backend  # noqa: E402
+from ivote import _backend, _parallel  # noqa: E402
 from ivote.data import synthetic_nuclei  # noqa: E402
 from ivote.detect import _cpu, _numba, _reference, iterative_voting  # noqa: E402
 from ivote.detect._plan import make_plan  # noqa: E402
@@ -104,18 +104,21 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     np.testing.assert_array_equal(gw, weights[perm])
 
 
-@pytest.mark.parametrize("shape, half_width", [((61, 40), (3, 3)), ((9, 30, 31), (2, 4, 4))])
-def test_peaks_by_parts_equal_one_maximum_filter(shape, half_width):
-    """``_numba._peak_part`` over ranges of the first axis (as the threads cut it) gives the
-    local maxima of one ``maximum_filter`` over the whole field, ties and borders included."""
-    field = np.random.default_rng(8).integers(0, 6, shape).astype(np.uint32)  # many ties and zeros
+@pytest.mark.parametrize("shape, half_width", [((61, 40), (3, 3)), ((40, 22, 23), (2, 4, 4)), ((50, 37), (0, 5))])
+def test_local_maxima_equal_one_maximum_filter(monkeypatch, shape, half_width):
+    """``_numba._local_maxima`` (the box's largest along all axes but the first over ranges
+    of slices, as the threads cut them, then along the first at candidates) gives the local
+    maxima of one ``maximum_filter`` over the whole field, ties included (the field's
+    border, wider than the half-widths, holds 0 as the frame's padding)."""
+    rng = np.random.default_rng(8)
+    field = np.zeros(shape, dtype=np.uint32)
+    inside = tuple(slice(h + 1, n - h - 1) for n, h in zip(shape, half_width))
+    field[inside] = rng.integers(0, 6, field[inside].shape)  # many ties and zeros
     size = tuple(2 * h + 1 for h in half_width)
     expected = (field == ndimage.maximum_filter(field, size=size, mode="constant", cval=0)) & (field > 0)
-    got = np.zeros(shape, dtype=bool)
-    bounds = [0, 1, 5, shape[0] // 2, shape[0] - 2, shape[0]]
-    for first, last in zip(bounds[:-1], bounds[1:]):
-        _numba._peak_part(first, last, field, half_width, got)
-    np.testing.assert_array_equal(got, expected)
+    monkeypatch.setattr(_parallel, "cpu_threads", lambda: 3)  # several ranges, also on one core
+    got = _numba._local_maxima(field, half_width)
+    np.testing.assert_array_equal(got, np.flatnonzero(expected))
     assert 0 < expected.sum() < field.size
 
 

@@ -77,28 +77,67 @@ threading layer must not be entered from two threads at once (``_backend.numba_l
 # ---------------------------------------------------------------------------
 
 
-def _blur_part(first, last, current, out, taps, axis, across):
-    """Lines first..last (along ``across``) of one axis of the blur."""
-    part = [slice(None)] * current.ndim
-    part[across] = slice(first, last)
-    part = tuple(part)
-    ndimage.correlate1d(current[part], taps, axis=axis, output=out[part], mode="reflect")
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
+def _reflect(k, n):
+    """Index k of a line of n extended by mode 'reflect' (d c b a | a b c d | d c b a)."""
+    m = k % (2 * n)
+    return m if m < n else 2 * n - 1 - m
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+def _blur_lines(first, last, src, dst, n, B, taps):
+    """Lines (a, i) first..last of a flat (A, n, B) array, B > 1, blurred along the
+    middle axis: ``scipy.ndimage.correlate1d(mode='reflect')`` with symmetric
+    ``taps`` (its sums: the centre's product, then each pair of pixels times its
+    tap, from the outermost in), along b. Loops over slices (not offsets into the
+    flat arrays), which LLVM vectorises; 5x sooner than SciPy's, which copies
+    every line across the axis into a buffer."""
+    half = len(taps) // 2
+    for t in range(first, last):
+        a, i = t // n, t % n
+        for b0 in range(0, B, 4096):  # a tile of the line stays in the cache across the taps
+            size = min(4096, B - b0)
+            start = (a * n + i) * B + b0
+            out, middle = dst[start:start + size], src[start:start + size]
+            for b in range(size):
+                out[b] = middle[b] * taps[half]
+            for j in range(half, 0, -1):
+                w = taps[half - j]
+                low = (a * n + _reflect(i - j, n)) * B + b0
+                high = (a * n + _reflect(i + j, n)) * B + b0
+                left, right = src[low:low + size], src[high:high + size]
+                for b in range(size):
+                    out[b] += (left[b] + right[b]) * w
+
+
+def _blur_part(first, last, current, out, taps):
+    """Rows first..last of the blur along the last axis (SciPy's lines are contiguous there)."""
+    ndimage.correlate1d(current[first:last], taps, axis=-1, output=out[first:last], mode="reflect")
 
 
 def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter(image, sigma, mode='reflect')`` for a float64
-    C-contiguous image: the same ``correlate1d`` per axis (so bit for bit the
-    same), on slabs of lines in parallel (SciPy releases the GIL; no compile)."""
+    C-contiguous image, bit for bit: ``correlate1d`` along the last axis, the same
+    sums along the others (``_blur_lines``), on ranges of lines in parallel."""
     current = image
     for axis, s in enumerate(sigma):
         taps = gaussian_taps(s)
-        if taps is None or image.ndim == 1:
-            if taps is not None:
-                current = ndimage.correlate1d(current, taps, axis=axis, mode="reflect")
+        if taps is None:
             continue
-        across = 1 if axis == 0 else 0
+        half = len(taps) // 2
+        # correlate1d's own test: taps within an epsilon of symmetric are summed as symmetric (left taps)
+        symmetric = np.all(np.abs(taps[half + 1:] - taps[:half][::-1]) <= np.finfo(float).eps)
+        if axis < image.ndim - 1 and not symmetric:
+            current = ndimage.correlate1d(current, taps, axis=axis, mode="reflect")
+            continue
         out = np.empty_like(current)
-        for_ranges(_blur_part, current.shape[across], current, out, taps, axis, across, grain=16)
+        if axis == image.ndim - 1:
+            rows = current.reshape(-1, current.shape[-1])
+            for_ranges(_blur_part, len(rows), rows, out.reshape(rows.shape), taps, grain=16)
+        else:
+            n, B = current.shape[axis], math.prod(current.shape[axis + 1:])
+            lines = math.prod(current.shape[:axis + 1])
+            for_ranges(_blur_lines, lines, current.reshape(-1), out.reshape(-1), n, B, taps, grain=16)
         current = out
     return current
 
@@ -109,50 +148,78 @@ def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _diff(f, i, stride, pos, n, h):
-    """One component of np.gradient (edge_order=1)."""
+def _steps(pos, n, stride, h):
+    """np.gradient's difference (edge_order=1) at ``pos`` of an axis of ``n`` pixels as
+    ``(f[i + up] - f[i - down]) / d``: ``(up, down, d)`` (0 where n < 2: 0 / h is 0)."""
     if n < 2:
-        return 0.0
+        return 0, 0, h
     if pos == 0:
-        return (f[i + stride] - f[i]) / h
+        return stride, 0, h
     if pos == n - 1:
-        return (f[i] - f[i - stride]) / h
-    return (f[i + stride] - f[i - stride]) / (2.0 * h)
+        return 0, stride, h
+    return stride, stride, 2.0 * h
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _gradient_at(f, i, Z, Y, X, sz, sy, sx):
-    x = i % X
-    y = (i // X) % Y
-    z = i // (X * Y)
-    return _diff(f, i, X * Y, z, Z, sz), _diff(f, i, X, y, Y, sy), _diff(f, i, 1, x, X, sx)
+def _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx):
+    """(gz, gy, gx) at pixel i, column x of its row (whose z and y steps are given)."""
+    ux, dx, hx = _steps(x, X, 1, sx)
+    return (f[i + uz] - f[i - dz]) / hz, (f[i + uy] - f[i - dy]) / hy, (f[i + ux] - f[i - dx]) / hx
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _magnitudes(first, last, out, f, Z, Y, X, sz, sy, sx):
-    """|grad f| at every pixel of rows first..last (the sum of squares in the kernels' order)."""
+def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight, f, Z, Y, X, sz, sy, sx, sign,
+            frame_flat, weights, out, classes, PY, PX, wz, wy, wx, ndim, cells, n_offsets):
+    """Rows first..last (of Z * Y), row by row (no index division per pixel), in three stages.
+
+    0. ``magnitude`` = |grad f| (the sum of squares in the kernels' order), ``row_max``
+       each row's largest.
+    1. ``row_start[r]`` = the number of voters of row r: pixels whose weight
+       floor(|grad f| * scale + 0.5) is at least ``min_weight``.
+    2. The voters of row r, from ``row_start[r]`` on: frame index, uint32 weight,
+       int16 direction along (sign=+1) or against (-1) the gradient, length ~32767,
+       and the first pass's class: ``n_offsets`` plus the fine bin (``cells`` per
+       axis) of that direction.
+    """
     for r in range(first, last):
-        for i in range(r * X, (r + 1) * X):
-            gz, gy, gx = _gradient_at(f, i, Z, Y, X, sz, sy, sx)
-            out[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _directions(first, last, out, classes, f, voters, Z, Y, X, sz, sy, sx, sign, ndim, cells, n_offsets):
-    """Voters first..last: int16 direction along (sign=+1) or against (-1) the gradient, length ~32767,
-    and the first pass's class: ``n_offsets`` plus the fine bin (``cells`` per axis) of that direction."""
-    for v in range(first, last):
-        i = voters[v]
-        gz, gy, gx = _gradient_at(f, i, Z, Y, X, sz, sy, sx)
-        magnitude = math.sqrt((gz * gz + gy * gy) + gx * gx)
-        dz = np.int16(np.rint(((sign * gz) / magnitude) * 32767.0)) if ndim == 3 else np.int16(0)
-        dy = np.int16(np.rint(((sign * gy) / magnitude) * 32767.0))
-        dx = np.int16(np.rint(((sign * gx) / magnitude) * 32767.0))
-        if ndim == 3:
-            out[v, 0] = dz
-        out[v, ndim - 2] = dy
-        out[v, ndim - 1] = dx
-        classes[v] = n_offsets + _direction_bin(np.float32(dz), np.float32(dy), np.float32(dx), cells, ndim)
+        if stage == 1:
+            n = 0
+            for i in range(r * X, (r + 1) * X):
+                n += math.floor(magnitude[i] * scale + 0.5) >= min_weight
+            row_start[r] = n
+            continue
+        z, y = r // Y, r % Y
+        uz, dz, hz = _steps(z, Z, X * Y, sz)
+        uy, dy, hy = _steps(y, Y, X, sy)
+        if stage == 0:
+            top = 0.0
+            for x in range(X):
+                i = r * X + x
+                gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx)
+                magnitude[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
+                top = max(top, magnitude[i])
+            row_max[r] = top
+            continue
+        v = row_start[r]
+        base = ((z + wz) * PY + (y + wy)) * PX + wx
+        for x in range(X):
+            i = r * X + x
+            m = magnitude[i]
+            q = math.floor(m * scale + 0.5)
+            if q < min_weight:
+                continue
+            gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx)
+            ez = np.int16(np.rint(((sign * gz) / m) * 32767.0)) if ndim == 3 else np.int16(0)
+            ey = np.int16(np.rint(((sign * gy) / m) * 32767.0))
+            ex = np.int16(np.rint(((sign * gx) / m) * 32767.0))
+            if ndim == 3:
+                out[v, 0] = ez
+            out[v, ndim - 2] = ey
+            out[v, ndim - 1] = ex
+            classes[v] = n_offsets + _direction_bin(np.float32(ez), np.float32(ey), np.float32(ex), cells, ndim)
+            frame_flat[v] = base + x
+            weights[v] = q
+            v += 1
 
 
 # ---------------------------------------------------------------------------
@@ -441,34 +508,40 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
     return tuple(passes)
 
 
-def _colours(coords, plan: VotingPlan):
+def _colours(row_counts, rows_shape, plan: VotingPlan):
     """Voters grouped in slabs of at least twice the window along the first axis
-    (2D) or the first two (3D): the order to keep them in, each slab's range in
-    it (an index array, or ``slice(None)`` for flat order), and the slabs of each
-    colour (no two of a colour add to the same pixel). ``coords``: the voters' pixel
-    coordinates, in flat order."""
+    (2D) or the first two (3D), from the number of voters of each row (image rows,
+    ``rows_shape``: (Z, Y), Z = 1 in 2D): where each row's voters start in the
+    order they are kept in (rows in flat order within a slab), each slab's range
+    in it, and the slabs of each colour (no two of a colour add to the same pixel)."""
     ndim = plan.ndim
     axes = 1 if ndim == 2 else 2
-    slab_id = np.zeros(len(coords[0]), dtype=np.int64)
+    row_counts = np.asarray(row_counts, dtype=np.int64)
+    occupied = np.flatnonzero(row_counts)
+    row_coords = np.unravel_index(occupied, rows_shape)[2 - axes:]
+    slab_id = np.zeros(len(occupied), dtype=np.int64)
     counts = []
     for a in range(axes):
         thick = 2 * plan.window[a]
-        index = coords[a] // thick
+        index = row_coords[a] // thick
         n = int(index.max(initial=0)) + 1
         counts.append(n)
         slab_id = slab_id * n + index
-    # voters stay in flat order within a slab; slabs along the first axis alone are in flat order already
+    # rows stay in flat order within a slab; slabs along the first axis alone are in flat order already
     order = slice(None) if axes == 1 else np.argsort(slab_id, kind="stable")
+    row_start = np.zeros(len(row_counts), dtype=np.int64)
+    in_order = row_counts[occupied[order]]
+    row_start[occupied[order]] = np.cumsum(in_order) - in_order
     n_slabs = math.prod(counts)
     slab_starts = np.zeros(n_slabs + 1, dtype=np.int64)
-    slab_starts[1:] = np.cumsum(np.bincount(slab_id, minlength=n_slabs))
+    slab_starts[1:] = np.cumsum(np.bincount(slab_id, weights=row_counts[occupied], minlength=n_slabs))  # exact below 2**53
     index_per_axis = np.unravel_index(np.arange(n_slabs), counts)
     slab_colour = np.zeros(n_slabs, dtype=np.int64)
     for i in index_per_axis:
         slab_colour = slab_colour * 2 + (i & 1)
-    occupied = slab_starts[1:] > slab_starts[:-1]
-    groups = [np.flatnonzero((slab_colour == c) & occupied) for c in range(2**axes)]
-    return order, slab_starts, [g for g in groups if len(g)]
+    filled = slab_starts[1:] > slab_starts[:-1]
+    groups = [np.flatnonzero((slab_colour == c) & filled) for c in range(2**axes)]
+    return row_start, slab_starts, [g for g in groups if len(g)]
 
 
 class _Frame:
@@ -482,9 +555,6 @@ class _Frame:
         self.padded_shape = tuple(n + 2 * w for n, w in zip(shape, self.window))
         self.size = math.prod(self.padded_shape)
         self.inside = tuple(slice(w, w + n) for n, w in zip(shape, self.window))
-
-    def from_image(self, coords):
-        return np.ravel_multi_index(tuple(c + w for c, w in zip(coords, self.window)), self.padded_shape)
 
     def padded3(self):
         """(PZ, PY, PX) and (wz, wy, wx), with Z = 1 and wz = 0 in 2D."""
@@ -502,38 +572,43 @@ def _spacing3(spacing):
 
 
 def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest: float | None = None,
-                   cells: int = 1):
-    """As ``_reference.prepare_voters``: voters (flat), uint32 weights, int16 directions;
-    and each voter's class in the first pass (int32: K plus its direction's bin in a
-    cube map of ``cells`` per axis, ``_vote``)."""
+                   cells: int = 1, frame: _Frame | None = None):
+    """As ``_reference.prepare_voters``, in the order the passes keep them (``_colours``):
+    each voter's index in ``frame``, uint32 weight, int16 direction and class in the
+    first pass (int32: K plus its direction's bin in a cube map of ``cells`` per
+    axis, ``_vote``); each slab's range of voters and the slabs of each colour."""
+    frame = _Frame(smoothed.shape, plan) if frame is None else frame
     Z, Y, X = _shape3(smoothed.shape)
     sz, sy, sx = _spacing3(plan.spacing)
+    (_, PY, PX), (wz, wy, wx) = frame.padded3()
     flat = smoothed.reshape(-1)
-    magnitude = np.empty(flat.size)
-    for_ranges(_magnitudes, Z * Y, magnitude, flat, Z, Y, X, sz, sy, sx, grain=8)
-    largest = magnitude.max() if largest is None else largest
-    if largest == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros((0, plan.ndim), np.int16), np.zeros(0, np.int32)
-    quantised = np.floor(magnitude * (plan.weight_scale / largest) + 0.5)
-    voters = np.flatnonzero(quantised >= plan.min_weight)
-    directions = np.empty((len(voters), plan.ndim), dtype=np.int16)
-    classes = np.empty(len(voters), dtype=np.int32)
-    for_ranges(_directions, len(voters), directions, classes, flat, voters, Z, Y, X, sz, sy, sx, float(sign), plan.ndim,
-               cells, len(plan.offsets), grain=4096)
-    return voters, quantised[voters].astype(np.uint32), directions, classes
+    magnitude, row_max, row_counts = np.empty(flat.size), np.zeros(Z * Y), np.zeros(Z * Y, dtype=np.int64)
+    frame_flat, weights = np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    directions, classes = np.zeros((0, plan.ndim), np.int16), np.zeros(0, np.int32)
+    image_args = (flat, Z, Y, X, sz, sy, sx, float(sign))
+    frame_args = (PY, PX, wz, wy, wx, plan.ndim, cells, len(plan.offsets))
+    for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, frame_flat, weights, directions,
+               classes, *frame_args, grain=8)
+    largest = row_max.max() if largest is None else largest
+    scale = float(plan.weight_scale / largest) if largest > 0 else 0.0  # 0: floor(0.5) is below min_weight, no voter
+    for_ranges(_voters, Z * Y, 1, row_max, row_counts, magnitude, scale, plan.min_weight, *image_args, frame_flat,
+               weights, directions, classes, *frame_args, grain=8)
+    row_start, slab_starts, colours = _colours(row_counts, (Z, Y), plan)
+    n = int(slab_starts[-1])
+    frame_flat, weights = np.empty(n, np.int64), np.empty(n, np.uint32)
+    directions, classes = np.empty((n, plan.ndim), np.int16), np.empty(n, np.int32)
+    for_ranges(_voters, Z * Y, 2, row_max, row_start, magnitude, scale, plan.min_weight, *image_args, frame_flat,
+               weights, directions, classes, *frame_args, grain=8)
+    return frame_flat, weights, directions, classes, slab_starts, colours
 
 
 def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
     """The padded frame and its vote field (uint32, padding zeroed) after the last pass."""
     frame = _Frame(smoothed.shape, plan)
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
-    voters, weights, directions, cls = prepare_voters(smoothed, plan, sign, largest, passes[0][0])
-    coords = np.unravel_index(voters, smoothed.shape)
-    order, slab_starts, colours = _colours(coords, plan)
-    frame_flat = frame.from_image(coords)[order]
-    weights, directions = weights[order], np.ascontiguousarray(directions[order])
-    cls = cls[order]  # each voter's class: offset direction k, or K + the fine bin of its own
-    del voters, coords, order
+    # each voter's class: offset direction k, or K + the fine bin of its own
+    frame_flat, weights, directions, cls, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest,
+                                                                               passes[0][0], frame)
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n = len(frame_flat)
@@ -632,22 +707,37 @@ def contrast_numerators(smoothed, coords, window, sign, ring):
 
 
 def _peak_part(first, last, field, half_width, out):
-    """``out[first:last]``: local maxima (positive, equal to the largest vote of the box of
-    ``half_width`` around them, 0 outside the field) of slices first..last along the first
-    axis: ``scipy.ndimage.maximum_filter`` on them and ``half_width[0]`` slices either side."""
-    low, high = max(first - half_width[0], 0), min(last + half_width[0], field.shape[0])
-    size = tuple(2 * h + 1 for h in half_width)
-    largest = ndimage.maximum_filter(field[low:high], size=size, mode="constant", cval=0)
+    """``out[first:last]``: the largest vote within ``half_width`` along every axis but the
+    first (``maximum_filter1d`` per axis, 0 outside the field) of slices first..last."""
     part = field[first:last]
-    np.logical_and(part == largest[first - low:last - low], part > 0, out=out[first:last])
+    for axis in range(1, field.ndim):
+        ndimage.maximum_filter1d(part, 2 * half_width[axis] + 1, axis=axis, output=out[first:last], mode="constant")
+        part = out[first:last]
+
+
+def _local_maxima(field, half_width):
+    """Flat indices (ascending) of the local maxima of ``field`` (0 in its padding, wider than
+    ``half_width``): positive and equal to the largest vote of the box of ``half_width`` around
+    them, as ``maximum_filter(field, mode='constant', cval=0) == field``. Separably: the box's
+    largest along every axis but the first in parallel, then along the first only at the
+    pixels equal to theirs (few: 4% of a 1024² field, 2% of its positive pixels)."""
+    across = np.empty_like(field)
+    for_ranges(_peak_part, field.shape[0], field, half_width, across, grain=16)
+    flat, across = field.reshape(-1), across.reshape(-1)
+    candidates = np.flatnonzero((flat > 0) & (flat >= across))
+    values = flat[candidates]
+    keep = np.ones(len(candidates), dtype=bool)
+    stride = math.prod(field.shape[1:])  # the padding keeps every step inside the field
+    for step in range(-half_width[0], half_width[0] + 1):
+        if step:
+            keep &= across[candidates + step * stride] <= values
+    return candidates[keep]
 
 
 def _cells(frame: _Frame, votes, plan: VotingPlan, smoothed, sign):
     """Maxima sorted best first (image flat indices), their votes, close pairs and contrast numerators."""
-    field = votes.reshape(frame.padded_shape)  # the padding holds 0: maximum_filter's cval=0
-    flags = np.empty(field.shape, dtype=bool)
-    for_ranges(_peak_part, field.shape[0], field, plan.maxima_half_width, flags, grain=16)
-    maxima = np.flatnonzero(flags.reshape(-1))
+    # the padding holds 0 (maximum_filter's cval=0) and is wider than the half-widths (below the window)
+    maxima = _local_maxima(votes.reshape(frame.padded_shape), plan.maxima_half_width)
     values = votes[maxima].astype(np.int64)
     order = np.lexsort((maxima, -values))  # best first; ties: lower index (frame order is image order)
     maxima, values = maxima[order], values[order]
