@@ -302,3 +302,20 @@ def test_numba_detections_from_two_threads_at_once():
         found = list(pool.map(lambda image: iterative_voting(image, radius=5.0, backend="numba"), images))
     for image, got in zip(images, found):
         np.testing.assert_array_equal(got.points, iterative_voting(image, radius=5.0, backend="numpy").points)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_direction_bin_equals_the_cone_tables_bins(ndim):
+    """``_numba._direction_bin`` (the voters' first class, a turned voter's next) against the
+    NumPy ``direction_bins``, ties between components included (the first axis wins)."""
+    from ivote.detect._cone_tables import direction_bins
+
+    rng = np.random.default_rng(12)
+    directions = rng.integers(-32767, 32768, (600, ndim)).astype(np.int16)
+    directions[:200] = rng.integers(-2, 3, (200, ndim))  # many equal components
+    directions[200:300, -1] = -directions[200:300, 0]
+    directions = directions[np.abs(directions).max(axis=1) > 0]
+    for cells in (1, 3, 16):
+        got = [_numba._direction_bin(np.float32(d[0] if ndim == 3 else 0), np.float32(d[-2]), np.float32(d[-1]), cells,
+                                     ndim) for d in directions]
+        np.testing.assert_array_equal(got, direction_bins(directions, cells, ndim))

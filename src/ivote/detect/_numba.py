@@ -231,24 +231,21 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
 def _direction_bin(az, ay, ax, cells, ndim):
     """The cube-map bin of a float32 direction (2D: the square map of (ay, ax)),
     the float32 operations of ``_cone_tables.direction_bins``."""
-    c = (az, ay, ax)
-    base = 3 - ndim
-    axis = base
-    major = abs(c[base])
-    for i in range(base + 1, 3):
-        if abs(c[i]) > major:
-            axis = i
-            major = abs(c[i])
-    b = 2 * (axis - base) + (1 if c[axis] < np.float32(0.0) else 0)
+    # the major axis: the first of the largest components (z, y, x; no z in 2D); the others in order
+    if ndim == 3 and abs(az) >= abs(ay) and abs(az) >= abs(ax):
+        face, major, first, second = 0, az, ay, ax
+    elif abs(ay) >= abs(ax):
+        face, major, first, second = 2 * (ndim - 2), ay, az, ax
+    else:
+        face, major, first, second = 2 * (ndim - 1), ax, az, ay
+    size = abs(major)
     half_cells = np.float32(0.5 * cells)
-    for i in range(base, 3):
-        if i == axis:
-            continue
-        u = c[i] / major
-        cell = int(math.floor((u + np.float32(1.0)) * half_cells))
-        cell = min(max(cell, 0), cells - 1)
-        b = b * cells + cell
-    return b
+    b = face + (1 if major < np.float32(0.0) else 0)
+    if ndim == 3:
+        cell = int(math.floor((first / size + np.float32(1.0)) * half_cells))
+        b = b * cells + min(max(cell, 0), cells - 1)
+    cell = int(math.floor((second / size + np.float32(1.0)) * half_cells))
+    return b * cells + min(max(cell, 0), cells - 1)
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
