@@ -673,23 +673,33 @@ def _peak_part(first, last, field, half_width, out):
         part = out[first:last]
 
 
-def _local_maxima(field, half_width):
-    """Flat indices (ascending) of the local maxima of ``field`` (0 in its padding, wider than
-    ``half_width``): positive and equal to the largest vote of the box of ``half_width`` around
-    them, as ``maximum_filter(field, mode='constant', cval=0) == field``. Separably: the box's
-    largest along every axis but the first in parallel, then along the first only at the
-    pixels equal to theirs (few: 4% of a 1024² field, 2% of its positive pixels)."""
-    across = np.empty_like(field)
-    for_ranges(_peak_part, field.shape[0], field, half_width, across, grain=16)
+def _peak_check(first, last, field, across, half_width, found):
+    """Local maxima of slices first..last: pixels positive and equal to ``across`` (their
+    box's largest along every axis but the first), then along the first; appended to
+    ``found`` as (first, flat indices)."""
+    stride = math.prod(field.shape[1:])  # the padding keeps every step inside the field
     flat, across = field.reshape(-1), across.reshape(-1)
-    candidates = np.flatnonzero((flat > 0) & (flat >= across))
+    part = slice(first * stride, last * stride)
+    candidates = first * stride + np.flatnonzero((flat[part] > 0) & (flat[part] >= across[part]))
     values = flat[candidates]
     keep = np.ones(len(candidates), dtype=bool)
-    stride = math.prod(field.shape[1:])  # the padding keeps every step inside the field
     for step in range(-half_width[0], half_width[0] + 1):
         if step:
             keep &= across[candidates + step * stride] <= values
-    return candidates[keep]
+    found.append((first, candidates[keep]))
+
+
+def _local_maxima(field, half_width):
+    """Flat indices (ascending) of the local maxima of ``field`` (0 in its padding, wider than
+    ``half_width``): positive and equal to the largest vote of the box of ``half_width`` around
+    them, as ``maximum_filter(field, mode='constant', cval=0) == field``. Separably, in
+    parallel: the box's largest along every axis but the first, then along the first only at
+    the pixels equal to theirs (few: 4% of a 1024² field, 2% of its positive pixels)."""
+    across = np.empty_like(field)
+    for_ranges(_peak_part, field.shape[0], field, half_width, across, grain=16)
+    found = []
+    for_ranges(_peak_check, field.shape[0], field, across, half_width, found, grain=16)
+    return np.concatenate([indices for _, indices in sorted(found, key=lambda part: part[0])] + [np.zeros(0, np.intp)])
 
 
 def _cells(frame: _Frame, votes, plan: VotingPlan, smoothed, sign):
@@ -704,6 +714,14 @@ def _cells(frame: _Frame, votes, plan: VotingPlan, smoothed, sign):
     flat = np.ravel_multi_index(tuple(coords.T), frame.shape).astype(np.int64) if len(coords) else np.zeros(0, np.int64)
     numerators = contrast_numerators(smoothed, coords, plan.window, float(sign), bump_ring(plan))
     return flat, values, pairs, numerators
+
+
+def _normalise_part(first, last, signal, out, low, span):
+    """Slices first..last of ``(signal - low) / span`` in float64 (the signal cast first)."""
+    part = out[first:last]
+    part[...] = signal[first:last]
+    part -= low
+    part /= span
 
 
 def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None, *, also_finite=None,
@@ -728,9 +746,8 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     if not high > low:
         votes = None if reuse else np.zeros(signal.shape, dtype=np.uint32)
         return RawDetection(votes, empty, empty, np.zeros((0, 2), np.int64), (low, high), np.zeros(0), np.zeros(0))
-    smoothed = signal.astype(np.float64, order="C", copy=True)  # as _voting._detect_on_cpu: the same roundings
-    smoothed -= low
-    smoothed /= high - low
+    smoothed = np.empty(signal.shape)  # as _voting._detect_on_cpu: the same roundings
+    for_ranges(_normalise_part, len(signal), signal, smoothed, low, high - low, grain=64)
     residuals = noise_residuals(smoothed, noise_positions(tuple(signal.shape)))
     with _LOCK:
         if sigma is not None:
