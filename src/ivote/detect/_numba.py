@@ -4,9 +4,12 @@ Numba-compiled loops run on a pool of threads (``ivote._parallel``).
 Same entry point as ``_cuda.py`` (:func:`detect`, returning the fields of
 ``_result.RawDetection``), same arithmetic as the NumPy path (``_cpu.py`` walking
 the cone tables, ``_reference.py`` the oracle): the blur is
-``scipy.ndimage.correlate1d`` with ``gaussian_filter``'s taps, the cone tests the
-kernels' float32 operations, weights and votes are integers, so the vote field,
-the cells and their scores equal the NumPy path's.
+``scipy.ndimage.correlate1d``'s sums with ``gaussian_filter``'s taps, the cone
+tests the kernels' float32 operations, weights and votes are integers, so the
+vote field, the cells and their scores equal the NumPy path's. Around the
+passes, only the voters' set-up is compiled (``_voters``, row by row, straight
+into the passes' order); the blur and the local maxima are SciPy and NumPy on
+ranges of rows in parallel, so they add nothing to the first call's compile.
 
 Less work than the GPU's loop for the same votes (``_run_tables.py``): after
 the first turn every voter's direction is one of the plan's offset directions,
@@ -77,28 +80,71 @@ threading layer must not be entered from two threads at once (``_backend.numba_l
 # ---------------------------------------------------------------------------
 
 
-def _blur_part(first, last, current, out, taps, axis, across):
-    """Lines first..last (along ``across``) of one axis of the blur."""
-    part = [slice(None)] * current.ndim
-    part[across] = slice(first, last)
-    part = tuple(part)
-    ndimage.correlate1d(current[part], taps, axis=axis, output=out[part], mode="reflect")
+def _blur_part(first, last, current, out, taps):
+    """Rows first..last of the blur along the last axis (``correlate1d``: its lines are contiguous there)."""
+    ndimage.correlate1d(current[first:last], taps, axis=-1, output=out[first:last], mode="reflect")
+
+
+_BLUR_TILE = 16384
+"""Pixels per piece of the blur across rows: the rows a piece reads stay in the cache."""
+
+
+def _blur_across(first, last, current, out, taps, reflected):
+    """Lines first..last (a, i) of the blur of ``current`` (A, n, B) along its middle axis:
+    ``correlate1d(mode='reflect')``'s sums for symmetric taps (the centre times its tap, then
+    each pair of lines added and times its tap, added from the outermost pair in) as NumPy
+    operations on pieces of whole rows, twice SciPy's speed there (it copies every line
+    across the rows into a buffer). ``reflected``: line index + half -> the line read."""
+    A, n, B = current.shape
+    half = len(taps) // 2
+    rows = max(1, _BLUR_TILE // B)
+    columns = min(B, _BLUR_TILE)
+    scratch = np.empty((rows, columns))
+    t = first
+    while t < last:
+        a, i = divmod(t, n)
+        j_end = min(n, i + rows, i + last - t)
+        for c in range(0, B, columns):
+            cols = slice(c, min(c + columns, B))
+            o, pair = out[a, i:j_end, cols], scratch[:j_end - i, :min(columns, B - c)]
+            np.multiply(current[a, i:j_end, cols], taps[half], out=o)
+            for j in range(half, 0, -1):
+                if i - j >= 0 and j_end + j <= n:
+                    np.add(current[a, i - j:j_end - j, cols], current[a, i + j:j_end + j, cols], out=pair)
+                else:
+                    low, high = reflected[i - j + half:j_end - j + half], reflected[i + j + half:j_end + j + half]
+                    np.add(current[a, low, cols], current[a, high, cols], out=pair)
+                pair *= taps[half - j]
+                o += pair
+        t += j_end - i
 
 
 def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter(image, sigma, mode='reflect')`` for a float64
-    C-contiguous image: the same ``correlate1d`` per axis (so bit for bit the
-    same), on slabs of lines in parallel (SciPy releases the GIL; no compile)."""
+    C-contiguous image, bit for bit: ``correlate1d`` along the last axis, the same
+    sums across rows (``_blur_across``), on ranges of lines in parallel (NumPy and
+    SciPy release the GIL; no compile)."""
     current = image
     for axis, s in enumerate(sigma):
         taps = gaussian_taps(s)
-        if taps is None or image.ndim == 1:
-            if taps is not None:
-                current = ndimage.correlate1d(current, taps, axis=axis, mode="reflect")
+        if taps is None:
             continue
-        across = 1 if axis == 0 else 0
         out = np.empty_like(current)
-        for_ranges(_blur_part, current.shape[across], current, out, taps, axis, across, grain=16)
+        half = len(taps) // 2
+        # correlate1d's own test: taps within an epsilon of symmetric are summed as symmetric (the left taps)
+        symmetric = np.all(np.abs(taps[half + 1:] - taps[:half][::-1]) <= np.finfo(float).eps)
+        if axis == image.ndim - 1:
+            rows = current.reshape(-1, current.shape[-1])
+            for_ranges(_blur_part, len(rows), rows, out.reshape(rows.shape), taps, grain=16)
+        elif symmetric:
+            n = current.shape[axis]
+            lines = (math.prod(current.shape[:axis]), n, math.prod(current.shape[axis + 1:]))
+            index = np.arange(-half, n + half) % (2 * n)
+            reflected = np.where(index < n, index, 2 * n - 1 - index)  # d c b a | a b c d | d c b a
+            for_ranges(_blur_across, lines[0] * n, current.reshape(lines), out.reshape(lines), taps, reflected,
+                       grain=16)
+        else:
+            ndimage.correlate1d(current, taps, axis=axis, output=out, mode="reflect")
         current = out
     return current
 
