@@ -104,7 +104,9 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     np.testing.assert_array_equal(gw, weights[perm])
 
 
-@pytest.mark.parametrize("shape, half_width", [((61, 40), (3, 3)), ((40, 22, 23), (2, 4, 4)), ((50, 37), (0, 5))])
+@pytest.mark.parametrize("shape, half_width", [
+    ((61, 40), (3, 3)), ((40, 22, 23), (2, 4, 4)), ((50, 37), (0, 5)), ((33, 9, 25), (1, 0, 3)), ((20, 30), (2, 0)),
+])
 def test_local_maxima_equal_one_maximum_filter(monkeypatch, shape, half_width):
     """``_numba._local_maxima`` (the box's largest along all axes but the first over ranges
     of slices, as the threads cut them, then along the first at candidates) gives the local
