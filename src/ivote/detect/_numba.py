@@ -255,16 +255,6 @@ def _direction_bin(az, ay, ax, cells, ndim):
     return b * cells + min(max(cell, 0), cells - 1)
 
 
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _in_cone(physical, limits, k, az, ay, ax, norm, ndim):
-    """Offset k in the cone: dot(o, a) >= (cos_half * |o|) * |a| in float32 (``_reference._in_cone``)."""
-    if ndim == 3:
-        dot = (physical[k, 0] * az + physical[k, 1] * ay) + physical[k, 2] * ax
-    else:
-        dot = physical[k, 1] * ay + physical[k, 2] * ax
-    return dot >= limits[k] * norm
-
-
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
@@ -312,9 +302,30 @@ def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
         norm[i - v] = np.sqrt((z * z + y * y) + x * x) if ndim == 3 else np.sqrt(y * y + x * x)
 
 
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
+def _ring_flags(m, first, last, ring, az, ay, ax, norm, ndim, flags):
+    """``flags[j, 1 + r]``: ring offset ``first + r`` of a fine bin (``ring``: rows z, y, x
+    of its physical offset and its limit cos_half * |o|) in the cone of the group's voter j
+    (dot(o, a) >= (cos_half * |o|) * |a| in float32, ``_reference._in_cone``; a loop over
+    the bin's ring that the compiler vectorises);
+    ``flags[j, 0]``: True (the runs)."""
+    rz, ry, rx, rl = ring[0], ring[1], ring[2], ring[3]
+    for j in range(m):
+        a, b, c, n = az[j], ay[j], ax[j], norm[j]
+        row = flags[j]
+        row[0] = True
+        if ndim == 3:
+            for r in range(first, last):
+                row[1 + r - first] = (rz[r] * a + ry[r] * b) + rx[r] * c >= rl[r] * n
+        else:
+            for r in range(first, last):
+                row[1 + r - first] = ry[r] * b + rx[r] * c >= rl[r] * n
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
-          starts, step, end, first_read, last_read, length, item_k, physical, limits):
+          starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
+          widest_ring):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
     Each voter adds its weight to every pixel of its cone, as the marks of a
@@ -323,8 +334,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
     number of offsets K is offset direction k, whose cone is a fixed list of
     runs, so the loop runs item by item over the group's voters (no branch on
     the voter, no test); a class K + b is fine bin b of a voter's own direction,
-    whose ring offsets are tested voter by voter (the kernels' float32 test,
-    without a branch: the weight or 0).
+    whose ring offsets are tested first, voter by voter (``_ring_flags``), then
+    every item is marked with the weight or 0 by its flag (no branch).
     """
     n_offsets = len(limits)
     widest = 0
@@ -333,6 +344,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
         widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
     az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
     ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
+    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
@@ -340,22 +352,23 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
         while v < b:
             c = gcls[v]
             e = _group_end(gcls, v, b)
-            if c >= n_offsets:
+            if c >= n_offsets:  # a fine bin: the ring's tests first, then every item by its flag (no branch)
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-            for item in range(starts[c], starts[c + 1]):
-                s = step[item]
-                f = end[item]
-                if length[item] > 0:
+                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, ndim, flags)
+                for item in range(starts[c], starts[c + 1]):
+                    s = step[item]
+                    f = end[item]
+                    flag = slot[item]
                     for i in range(v, e):
-                        w = gw[i]
+                        w = gw[i] if flags[i - v, flag] else gw[i] - gw[i]
                         marks[gff[i] + s] += w
                         marks[gff[i] + f] -= w
-                else:  # a ring offset
-                    k = item_k[item]
+            else:  # an offset direction: runs only
+                for item in range(starts[c], starts[c + 1]):
+                    s = step[item]
+                    f = end[item]
                     for i in range(v, e):
-                        j = i - v
-                        inside = _in_cone(physical, limits, k, az[j], ay[j], ax[j], norm[j], ndim)
-                        w = gw[i] if inside else gw[i] - gw[i]
+                        w = gw[i]
                         marks[gff[i] + s] += w
                         marks[gff[i] + f] -= w
             v = e
@@ -363,7 +376,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
-          starts, step, end, first_read, last_read, length, item_k, physical, limits):
+          starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
+          widest_ring):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``limits``) in the field (the first level of the flat sparse table
@@ -374,8 +388,8 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
-    (vote, -item) as one 64-bit key (no branch, also on the ring offsets'
-    tests); the first offset of the best run holding that vote is then found
+    (vote, -item) as one 64-bit key (no branch; a ring offset's vote, or 0, by
+    its flag from ``_ring_flags``); the first offset of the best run holding that vote is then found
     in the field.
     """
     n_offsets = len(limits)
@@ -385,6 +399,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
     keys = np.empty(widest, dtype=np.uint64)
     az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
     ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
+    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)
     high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
@@ -396,24 +411,25 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
+                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, ndim, flags)
             for i in range(e - v):
                 keys[i] = 0
             for item in range(starts[c], last_item):
                 r0 = first_read[item]
                 r1 = last_read[item]
                 rank = np.uint64(last_item - item)  # the first item wins a tie
-                if length[item] > 0:
+                if own:  # a ring offset's vote counts inside the cone only (runs: flag 0, always in)
+                    flag = slot[item]
+                    for i in range(v, e):
+                        j = i - v
+                        t = gff[i]
+                        top = np.uint64(max(flat[t + r0], flat[t + r1])) if flags[j, flag] else np.uint64(0)
+                        keys[j] = max(keys[j], (top << high) | rank)
+                else:
                     for i in range(v, e):
                         t = gff[i]
                         key = (np.uint64(max(flat[t + r0], flat[t + r1])) << high) | rank
                         keys[i - v] = max(keys[i - v], key)
-                else:  # a ring offset: its vote counts inside the cone only
-                    k = item_k[item]
-                    for i in range(v, e):
-                        j = i - v
-                        inside = _in_cone(physical, limits, k, az[j], ay[j], ax[j], norm[j], ndim)
-                        top = np.uint64(flat[gff[i] + r0]) if inside else np.uint64(0)
-                        keys[j] = max(keys[j], (top << high) | rank)
             for i in range(v, e):
                 key = keys[i - v]
                 best = np.uint32(key >> high)
@@ -479,9 +495,11 @@ def _unsigned(index):
 def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
     """Per pass: the run table in frame steps, ``(fine cells, starts, step, end,
     first read, last read, length, k)`` of classes 0..K-1 (offset directions,
-    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``), and
-    the float32 physical offsets (K, 3) and limits cos_half * |o| (K,) of the
-    ring's tests. Steps, ends (step + length, or + 1 for a tested offset) and
+    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``), the
+    limits cos_half * |o| (K,), and the ring's tests: ``ring`` (4, R) float32
+    rows z, y, x of the physical offset and its limit, the fine bins' ring
+    offsets bin by bin from ``ring_starts[c]``, each item's ``slot`` (0: a run,
+    1 + r: ring offset r of its bin) and the largest ring of a bin. Steps, ends (step + length, or + 1 for a tested offset) and
     the two reads of a run's largest vote in the flat sparse table (level *
     frame size + step) are unsigned (``_unsigned``); a length of 0 is a tested
     offset."""
@@ -507,8 +525,20 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
         step = steps_all[item_k]
         reads = item_level * size + step  # the run's largest vote: max(tops[first], tops[last]) of the flat table
         last = reads + np.maximum(item_len - (1 << item_level), 0)
+        # the fine bins' ring offsets, bin by bin (``_ring_flags``), and each item's flag: 0 for a run
+        tested = item_len == 0
+        item_class = np.repeat(np.arange(len(item_starts) - 1), np.diff(item_starts))
+        ring_starts = np.zeros(len(item_starts), dtype=np.int64)
+        np.add.at(ring_starts, item_class[tested] + 1, 1)
+        ring_starts = np.cumsum(ring_starts)
+        ring_k = item_k[tested]
+        ring = np.ascontiguousarray(np.concatenate([physical_all[ring_k].T, limits_all[ring_k][None]]), np.float32)
+        slot = np.zeros(len(item_k), dtype=np.int64)
+        slot[tested] = 1 + np.arange(len(ring_k)) - ring_starts[item_class[tested]]
+        widest_ring = int(np.diff(ring_starts).max(initial=0))
         passes.append((cells, item_starts, _unsigned(step), _unsigned(step + np.maximum(item_len, 1)), _unsigned(reads),
-                       _unsigned(last), item_len, item_k, physical_all, limits_all))
+                       _unsigned(last), item_len, item_k, limits_all, ring, slot, ring_starts,
+                       widest_ring))
     return tuple(passes)
 
 
