@@ -303,7 +303,7 @@ def _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm):
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _ring_flags(m, first, last, ring, az, ay, ax, norm, ndim, flags):
+def _ring_flags(m, first, last, ring, az, ay, ax, norm, flags):
     """``flags[j, 1 + r]``: ring offset ``first + r`` of a fine bin (``ring``: rows z, y, x
     of its physical offset and its limit cos_half * |o|) in the cone of the group's voter j
     (dot(o, a) >= (cos_half * |o|) * |a| in float32, ``_reference._in_cone``; a loop over
@@ -314,12 +314,8 @@ def _ring_flags(m, first, last, ring, az, ay, ax, norm, ndim, flags):
         a, b, c, n = az[j], ay[j], ax[j], norm[j]
         row = flags[j]
         row[0] = True
-        if ndim == 3:
-            for r in range(first, last):
-                row[1 + r - first] = (rz[r] * a + ry[r] * b) + rx[r] * c >= rl[r] * n
-        else:
-            for r in range(first, last):
-                row[1 + r - first] = ry[r] * b + rx[r] * c >= rl[r] * n
+        for r in range(first, last):  # 2D: rz = az = 0 and 0 * 0 + y = y exactly, the 2D sum
+            row[1 + r - first] = (rz[r] * a + ry[r] * b) + rx[r] * c >= rl[r] * n
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
@@ -354,7 +350,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
             e = _group_end(gcls, v, b)
             if c >= n_offsets:  # a fine bin: the ring's tests first, then every item by its flag (no branch)
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, ndim, flags)
+                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
                 for item in range(starts[c], starts[c + 1]):
                     s = step[item]
                     f = end[item]
@@ -389,8 +385,8 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
     (vote, -item) as one 64-bit key (no branch; a ring offset's vote, or 0, by
-    its flag from ``_ring_flags``); the first offset of the best run holding that vote is then found
-    in the field.
+    its flag from ``_ring_flags``); the first offset of the best run holding
+    that vote is then found in the field.
     """
     n_offsets = len(limits)
     widest = 0
@@ -411,7 +407,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
-                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, ndim, flags)
+                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
             for i in range(e - v):
                 keys[i] = 0
             for item in range(starts[c], last_item):
