@@ -495,10 +495,10 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
     limits cos_half * |o| (K,), and the ring's tests: ``ring`` (4, R) float32
     rows z, y, x of the physical offset and its limit, the fine bins' ring
     offsets bin by bin from ``ring_starts[c]``, each item's ``slot`` (0: a run,
-    1 + r: ring offset r of its bin) and the largest ring of a bin. Steps, ends (step + length, or + 1 for a tested offset) and
-    the two reads of a run's largest vote in the flat sparse table (level *
-    frame size + step) are unsigned (``_unsigned``); a length of 0 is a tested
-    offset."""
+    1 + r: ring offset r of its bin) and the largest ring of a bin. Steps,
+    ends (step + length, or + 1 for a tested offset) and the two reads of a
+    run's largest vote in the flat sparse table (level * frame size + step) are
+    unsigned (``_unsigned``); a length of 0 is a tested offset."""
     from ._plan import make_plan
 
     plan = make_plan(radius, spacing, ndim)
