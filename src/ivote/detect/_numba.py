@@ -355,6 +355,12 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
                     s = step[item]
                     f = end[item]
                     flag = slot[item]
+                    if flag == 0:  # a run
+                        for i in range(v, e):
+                            w = gw[i]
+                            marks[gff[i] + s] += w
+                            marks[gff[i] + f] -= w
+                        continue
                     for i in range(v, e):
                         w = gw[i] if flags[i - v, flag] else gw[i] - gw[i]
                         marks[gff[i] + s] += w
@@ -414,7 +420,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
                 r0 = first_read[item]
                 r1 = last_read[item]
                 rank = np.uint64(last_item - item)  # the first item wins a tie
-                if own:  # a ring offset's vote counts inside the cone only (runs: flag 0, always in)
+                if own and slot[item] > 0:  # a ring offset's vote counts inside the cone only
                     flag = slot[item]
                     for i in range(v, e):
                         j = i - v
