@@ -331,7 +331,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
     runs, so the loop runs item by item over the group's voters (no branch on
     the voter, no test); a class K + b is fine bin b of a voter's own direction,
     whose ring offsets are tested first, voter by voter (``_ring_flags``), then
-    every item is marked with the weight or 0 by its flag (no branch).
+    a ring offset is marked with the weight or 0 by its flag (no branch on the
+    voter).
     """
     n_offsets = len(limits)
     widest = 0
@@ -348,7 +349,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
         while v < b:
             c = gcls[v]
             e = _group_end(gcls, v, b)
-            if c >= n_offsets:  # a fine bin: the ring's tests first, then every item by its flag (no branch)
+            if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its flag
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
                 _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
                 for item in range(starts[c], starts[c + 1]):
@@ -390,8 +391,8 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
-    (vote, -item) as one 64-bit key (no branch; a ring offset's vote, or 0, by
-    its flag from ``_ring_flags``); the first offset of the best run holding
+    (vote, -item) as one 64-bit key (no branch on the voter; a ring offset's
+    vote, or 0, by its flag from ``_ring_flags``); the first offset of the best run holding
     that vote is then found in the field.
     """
     n_offsets = len(limits)
