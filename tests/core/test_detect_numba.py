@@ -84,6 +84,37 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
             assert not np.delete(hits[d], ks).any()  # nothing outside the list is in the cone
 
 
+@pytest.mark.parametrize("radius, spacing", [(12.0, (1.0, 1.0)), (4.0, (2.0, 0.5, 0.5))])
+def test_ring_flags_are_the_float32_cone_test(radius, spacing):
+    """``_numba._ring_flags``: the flag of each ring offset of a voter's fine bin (first
+    pass) is the kernels' float32 cone test of that offset (2D through the 3D sum)."""
+    from ivote.detect import _run_tables
+    from ivote.detect._cone_tables import direction_bins
+
+    ndim = len(spacing)
+    plan = make_plan(radius, spacing, ndim)
+    tables = _numba._entries(radius, spacing, ndim, (60,) * ndim)[0]
+    cells, starts, item_k = tables[0], tables[1], tables[7]
+    ring, slot, ring_starts, widest_ring = tables[9:13]
+    K = len(plan.offsets)
+    directions = np.random.default_rng(5).integers(-32767, 32768, size=(400, ndim)).astype(np.int16)
+    directions = directions[np.abs(directions).max(axis=1) > 1000]
+    checked = 0
+    for d, b in zip(directions, direction_bins(directions, cells, ndim)):
+        c = K + b
+        az, ay, ax, norm = (np.zeros(1, np.float32) for _ in range(4))
+        _numba._own_directions(0, 1, np.zeros(1, np.int64), d[None], ndim, az, ay, ax, norm)
+        flags = np.zeros((1, widest_ring + 1), dtype=bool)
+        _numba._ring_flags(1, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
+        items = np.arange(starts[c], starts[c + 1])
+        tested = items[slot[items] > 0]
+        hits = _run_tables._float32_hits(plan, d[None], item_k[tested], plan.cos_half32[0])[0]
+        assert flags[0, 0]
+        np.testing.assert_array_equal(flags[0, slot[tested]], hits)
+        checked += len(tested)
+    assert checked > 100
+
+
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
     (a stable counting sort), with their frame index and weight carried along."""
