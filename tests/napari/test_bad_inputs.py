@@ -27,3 +27,21 @@ def test_a_constant_image_gives_zero_nuclei_not_a_crash(make_napari_viewer, qtbo
     assert widget.status.value.startswith("0 nuclei")
     assert len(viewer.layers["nuclei: blank"].data) == 0
     assert (widget.threshold.min, widget.threshold.max) == (1.0, 10.0)
+
+
+def test_clustering_an_empty_points_layer_says_zero_and_warns_nothing(make_napari_viewer, qtbot):
+    import warnings
+
+    from ivote.napari._components_widget import LabelCountWidget
+
+    viewer = make_napari_viewer()
+    viewer.add_points(np.zeros((0, 2)), name="nuclei: none")
+    widget = LabelCountWidget(viewer)
+    widget.layer.value = viewer.layers["nuclei: none"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        widget.run()
+        qtbot.waitUntil(lambda: not widget.busy, timeout=60_000)
+        qtbot.wait(20)
+    assert widget.status.value.startswith("0 clusters")
+    assert not [w for w in caught if "illegal values" in str(w.message)]
