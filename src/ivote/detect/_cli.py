@@ -78,6 +78,19 @@ def _settings(args) -> dict:
                 format=args.format)
 
 
+def warn_grey_rgb(path, image, is_rgb: bool, channel, command: str) -> None:
+    """Say so when an RGB(A) file holds a grey image (red = green = blue, e.g. a fluorescence image exported as
+    'RGB Color'): read as H&E by default, its nuclei are the wrong ones; ``--channel 0`` reads it as grey."""
+    import sys
+
+    import numpy as np
+
+    if is_rgb and channel is None and image.shape[-1] >= 3 and \
+            np.array_equal(image[..., 0], image[..., 1]) and np.array_equal(image[..., 0], image[..., 2]):
+        print(f"{command}: warning: {path} is RGB with red = green = blue (a grey image saved as colour); it is "
+              "read as H&E (hematoxylin density): give --channel 0 to read it as a grey image", file=sys.stderr)
+
+
 def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     """Detect the nuclei of one file in memory and write its points; (summary line, count)."""
     from .._files import command_spacing, read_for_detection
@@ -92,6 +105,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     with cli_progress(quiet) as progress, progress.step("reading the image"):
         image, found = read_for_detection(path, axes=settings["axes"], channel=settings["channel"], scene=scene,
                                           lazy_frames=True)
+    warn_grey_rgb(path, image, found.is_rgb, settings["channel"], "ivote detect")
     spacing = command_spacing(found, settings["spacing"], command="ivote detect")
     options["spacing"] = spacing
     if learned:  # the recommended ConvRBM, fitted on this image (docs/features.md)

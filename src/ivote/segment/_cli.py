@@ -115,6 +115,9 @@ def _cmd_segment(args) -> int:
         if str(args.scene).lower() == "all" and scene_path(args.points, found.scene).is_file():
             points_path = scene_path(args.points, found.scene)  # as 'ivote detect --scene all' wrote them
         table = read_points_csv(points_path)
+        from ..detect._cli import warn_grey_rgb
+
+        warn_grey_rgb(args.input, image, found.is_rgb, args.channel, "ivote segment")
         image, polarity = _grey(image, args.polarity, found.is_rgb)
         spatial = found.spatial_axes
         ndim = len(spatial)
