@@ -124,3 +124,12 @@ def test_a_grey_image_saved_as_rgb_is_flagged_and_channel_0_reads_it_as_grey(sam
     tifffile.imwrite(tmp_path / "colour.tif", colour, photometric="rgb")
     assert main(["detect", str(tmp_path / "colour.tif"), *run, str(tmp_path / "colour.csv")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_constant_image_says_nothing_stands_out_not_threshold_minus_inf(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((40, 40), 5, np.float32))
+    assert main(["detect", str(tmp_path / "flat.tif"), "--radius", "4", "--backend", "numpy",
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("0 nuclei (of 0 maxima, no maximum stands out)") and "inf" not in printed
+    assert len(read_points_csv(tmp_path / "p.csv").points) == 0

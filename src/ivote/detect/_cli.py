@@ -136,7 +136,8 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
                         first)
     units = "um" if spacing is not None else "px"
     scene_note = f"scene {found.scene}: " if len(found.scenes) > 1 else ""
-    line = (f"{scene_note}{len(points)} nuclei (of {n_maxima} maxima, threshold {result.threshold:.4g}) "
+    threshold = f"threshold {result.threshold:.4g}" if n_maxima else "no maximum stands out"
+    line = (f"{scene_note}{len(points)} nuclei (of {n_maxima} maxima, {threshold}) "
             f"radius {first.radius:.4g} {units}{' (auto)' if first.radius_estimated else ''}, {where}"
             f"{first.n_passes} passes on {first.backend} in {seconds:.2f} s -> {out}")
     return line, len(points)
