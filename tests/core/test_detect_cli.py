@@ -103,3 +103,33 @@ def test_detect_threshold_none_writes_every_maximum(tmp_path):
     np.testing.assert_array_equal(written("--threshold", "None", "--min-contrast", "3"),
                                   found.with_threshold(None, min_contrast=3).points)
     np.testing.assert_array_equal(written("--threshold", "0"), found.with_threshold(0.0, min_contrast=3).points)
+
+
+def test_a_grey_image_saved_as_rgb_is_flagged_and_channel_0_reads_it_as_grey(sample_tif, tmp_path, capsys):
+    """Fluorescence exported as 'RGB Color' (red = green = blue) is read as H&E by default: a warning names
+    --channel 0, which gives the grey image's own nuclei; a real colour image gets no warning."""
+    path, sample = sample_tif
+    grey = np.round(255 * np.clip(sample.image / sample.image.max(), 0, 1)).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "grey.tif", grey)
+    tifffile.imwrite(tmp_path / "as_rgb.tif", np.dstack([grey] * 3), photometric="rgb")
+    run = ["--radius", "6", "--backend", "numpy", "--out"]
+    assert main(["detect", str(tmp_path / "as_rgb.tif"), *run, str(tmp_path / "he.csv")]) == 0
+    assert "--channel 0" in capsys.readouterr().err
+    assert main(["detect", str(tmp_path / "as_rgb.tif"), "--channel", "0", *run, str(tmp_path / "c0.csv")]) == 0
+    assert main(["detect", str(tmp_path / "grey.tif"), *run, str(tmp_path / "grey.csv")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    np.testing.assert_array_equal(read_points_csv(tmp_path / "c0.csv").points,
+                                  read_points_csv(tmp_path / "grey.csv").points)
+    colour = np.dstack([grey, 255 - grey, grey // 2])
+    tifffile.imwrite(tmp_path / "colour.tif", colour, photometric="rgb")
+    assert main(["detect", str(tmp_path / "colour.tif"), *run, str(tmp_path / "colour.csv")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_constant_image_says_nothing_stands_out_not_threshold_minus_inf(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((40, 40), 5, np.float32))
+    assert main(["detect", str(tmp_path / "flat.tif"), "--radius", "4", "--backend", "numpy",
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("0 nuclei (of 0 maxima, no maximum stands out)") and "inf" not in printed
+    assert len(read_points_csv(tmp_path / "p.csv").points) == 0

@@ -76,3 +76,24 @@ def test_batch_needs_out_dir(tmp_path, capsys):
     assert "--out-dir" in capsys.readouterr().err
     assert main(["detect", str(tmp_path / "*.tif"), "--radius", "4", "--out-dir", str(tmp_path / "o")]) == 2
     assert "no file matches" in capsys.readouterr().err
+
+
+def test_an_unquoted_pattern_the_shell_expanded_is_a_batch_of_those_files(images, tmp_path, capsys):
+    """``ivote detect folder/*.tif --out-dir DIR`` unquoted: the shell passes the files, which argparse refused
+    ("unrecognized arguments"); they are a batch, each table that of the file alone."""
+    paths = []
+    for i, image in enumerate(images):
+        paths.append(str(tmp_path / f"field_{i}.tif"))
+        tifffile.imwrite(paths[-1], image)
+    out_dir = tmp_path / "out"
+    assert main(["detect", *paths, "--radius", str(RADIUS), "--backend", "numpy", "-q", "--out-dir", str(out_dir)]) == 0
+    with open(out_dir / "summary.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert [row["file"] for row in rows] == paths
+    for image, row in zip(images, rows):
+        expected = iterative_voting(image, radius=RADIUS, backend="numpy")
+        np.testing.assert_array_equal(read_points_csv(out_dir / row["output"]).points, expected.points)
+    capsys.readouterr()
+    assert main(["detect", *paths, "--radius", str(RADIUS), "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "--out-dir" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.csv").exists()

@@ -69,3 +69,22 @@ def test_segment_chunked_writes_the_in_memory_labels_to_zarr(sample, capsys):
     code = main(["segment", str(folder / "image.tif"), "--points", str(folder / "points.csv"), "--radius", "7",
                  "--chunks", "40", "--out", str(folder / "labels.tif")])
     assert code == 2 and ".zarr" in capsys.readouterr().err
+
+
+def test_segment_radius_auto_is_detects_estimate(sample, capsys):
+    """The README's ``ivote segment ... --radius R|auto``: auto was an argparse error; it is the estimate
+    ``ivote detect --radius auto`` uses, printed, and the labels are those of that number given."""
+    from ivote.detect import estimate_radius
+
+    folder, truth, centers = sample
+    image = tifffile.imread(folder / "image.tif")
+    estimate = estimate_radius(image, backend="numpy")
+    common = ["segment", str(folder / "image.tif"), "--points", str(folder / "points.csv"), "--iterations", "60",
+              "--backend", "numpy"]
+    assert main([*common, "--radius", "auto", "--out", str(folder / "auto.tif")]) == 0
+    assert f"radius {estimate:.4g} px (auto" in capsys.readouterr().err
+    assert main([*common, "--radius", repr(estimate), "--out", str(folder / "given.tif")]) == 0
+    np.testing.assert_array_equal(tifffile.imread(folder / "auto.tif"), tifffile.imread(folder / "given.tif"))
+    with pytest.raises(SystemExit):  # argparse's one-line usage error
+        main([*common, "--radius", "big", "--out", str(folder / "x.tif")])
+    assert "'auto'" in capsys.readouterr().err and not (folder / "x.tif").exists()

@@ -48,6 +48,9 @@ def _cmd_detect(args) -> int:
     from ..distributed._options import engine_requested
     from ..io import check_output_path
 
+    if len(args.input) > 1:  # an unquoted pattern the shell expanded: a batch of the files it named
+        return _cmd_batch(args, files=args.input)
+    args.input = args.input[0]
     if args.out_dir is not None or any(c in args.input for c in "*?["):
         return _cmd_batch(args)
     if args.out is None:
@@ -75,6 +78,19 @@ def _settings(args) -> dict:
                 format=args.format)
 
 
+def warn_grey_rgb(path, image, is_rgb: bool, channel, command: str) -> None:
+    """Say so when an RGB(A) file holds a grey image (red = green = blue, e.g. a fluorescence image exported as
+    'RGB Color'): read as H&E by default, its nuclei are the wrong ones; ``--channel 0`` reads it as grey."""
+    import sys
+
+    import numpy as np
+
+    if is_rgb and channel is None and image.shape[-1] >= 3 and \
+            np.array_equal(image[..., 0], image[..., 1]) and np.array_equal(image[..., 0], image[..., 2]):
+        print(f"{command}: warning: {path} is RGB with red = green = blue (a grey image saved as colour); it is "
+              "read as H&E (hematoxylin density): give --channel 0 to read it as a grey image", file=sys.stderr)
+
+
 def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     """Detect the nuclei of one file in memory and write its points; (summary line, count)."""
     from .._files import command_spacing, read_for_detection
@@ -89,6 +105,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
     with cli_progress(quiet) as progress, progress.step("reading the image"):
         image, found = read_for_detection(path, axes=settings["axes"], channel=settings["channel"], scene=scene,
                                           lazy_frames=True)
+    warn_grey_rgb(path, image, found.is_rgb, settings["channel"], "ivote detect")
     spacing = command_spacing(found, settings["spacing"], command="ivote detect")
     options["spacing"] = spacing
     if learned:  # the recommended ConvRBM, fitted on this image (docs/features.md)
@@ -119,7 +136,8 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
                         first)
     units = "um" if spacing is not None else "px"
     scene_note = f"scene {found.scene}: " if len(found.scenes) > 1 else ""
-    line = (f"{scene_note}{len(points)} nuclei (of {n_maxima} maxima, threshold {result.threshold:.4g}) "
+    threshold = f"threshold {result.threshold:.4g}" if n_maxima else "no maximum stands out"
+    line = (f"{scene_note}{len(points)} nuclei (of {n_maxima} maxima, {threshold}) "
             f"radius {first.radius:.4g} {units}{' (auto)' if first.radius_estimated else ''}, {where}"
             f"{first.n_passes} passes on {first.backend} in {seconds:.2f} s -> {out}")
     return line, len(points)
@@ -188,9 +206,10 @@ def _batch_outputs(files, out_dir: Path, suffix: str) -> list:
     return [out_dir / f"{name}.{suffix}" for name in names]
 
 
-def _cmd_batch(args) -> int:
-    """``ivote detect 'folder/*.tif' --out-dir DIR``: every file as a task of the Dask engine,
-    one points table per file and ``DIR/summary.csv`` (file, count, seconds, error)."""
+def _cmd_batch(args, files=None) -> int:
+    """``ivote detect 'folder/*.tif' --out-dir DIR`` (or the ``files`` the shell expanded an unquoted pattern
+    to): every file as a task of the Dask engine, one points table per file and ``DIR/summary.csv``
+    (file, count, seconds, error)."""
     import glob
 
     from .._atomic import write_atomic
@@ -199,14 +218,18 @@ def _cmd_batch(args) -> int:
     from ..distributed._options import engine
 
     if args.out_dir is None:
+        if files:
+            shown = ", ".join(files[:3]) + (", ..." if len(files) > 3 else "")
+            raise ValueError(f"{len(files)} input files ({shown}): give --out-dir DIR (one output per file)")
         raise ValueError(f"{args.input!r} is a pattern of files: give --out-dir DIR (one output per file)")
     if args.out is not None:
         raise ValueError("give --out-dir for a batch of files, not --out")
     if args.chunks or args.memory_limit is not None:
         raise ValueError("a batch detects each file in memory as one task: --chunks and --memory-limit are for one "
                          "file at a time")
-    files = sorted(f for f in glob.glob(args.input) if Path(f).is_file()) if any(c in args.input for c in "*?[") \
-        else [args.input]
+    if files is None:
+        files = sorted(f for f in glob.glob(args.input) if Path(f).is_file()) if any(c in args.input for c in "*?[") \
+            else [args.input]
     if not files:
         raise FileNotFoundError(f"no file matches {args.input!r}")
     out_dir = Path(args.out_dir)
@@ -262,10 +285,10 @@ def register(subparsers) -> None:
         help="find nucleus centres by iterative voting; write a points CSV",
         description="Find nucleus centres by iterative voting (GPU when available) and write them as CSV.",
     )
-    parser.add_argument("input", metavar="INPUT",
+    parser.add_argument("input", metavar="INPUT", nargs="+",
                         help="image: OME-TIFF, TIFF, OME-Zarr, PNG/JPEG (CZI, ND2, LIF with napari-ivote[formats]); "
                              "2D, 2D RGB (H&E), 3D, multi-channel (--channel), time-lapse (a t column); or a quoted "
-                             "pattern of files ('folder/*.tif') with --out-dir")
+                             "pattern of files ('folder/*.tif', or several files) with --out-dir")
     parser.add_argument("--radius", required=True, type=_radius,
                         help="largest nucleus radius (the semi-major axis of the larger nuclei, about 1.5x the "
                              "typical radius), in the units of the spacing (pixels without one); if elongated "

@@ -144,7 +144,8 @@ class LabelCountWidget(DockWidget):
             from napari.utils.colormaps import label_colormap
 
             colors[multi] = label_colormap(max(int(cluster_id.max()), 2)).map(cluster_id[multi] % 49 + 1)
-        layer.face_color = colors
+        if len(colors):  # napari warns ("illegal values, resetting ... to white") on an empty colour array
+            layer.face_color = colors
         layer.refresh()
         n_multi = int((np.asarray(result.sizes) > 1).sum())
         self.status.show(f"{result.n_clusters:,} clusters ({n_multi} of more than one nucleus, coloured; "

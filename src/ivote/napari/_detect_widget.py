@@ -14,7 +14,7 @@ from . import _detect_layers as layers
 from . import _detect_logic as logic
 from ._detect_form import DetectForm
 from ._runner import Runner, watch_gone
-from ._widgets_common import connect_while_docked
+from ._widgets_common import connect_while_docked, set_range
 
 DEBOUNCE_MS = 300
 PREVIEW_PREFIX, WINDOW_PREFIX = layers.PREVIEW_PREFIX, layers.WINDOW_PREFIX
@@ -194,7 +194,7 @@ class DetectWidget(DetectForm):
         if not shown.preview or self._run is None:
             low, high = logic.score_range(shown.result)
             with self.threshold.changed.blocked():
-                self.threshold.min, self.threshold.max = low, high
+                set_range(self.threshold, low, high)
         self._apply_threshold()
         self.finished_result.emit(shown.result)
 

@@ -51,6 +51,16 @@ def _disconnect(emitter, callback):
         pass
 
 
+def set_range(slider, low: float, high: float):
+    """Set a ranged widget's (min, max), in the order that never passes through min == max: magicgui's
+    LogSlider divides by log(max / min) on each of the two assignments (a constant image's (1, 10) after
+    the initial (1e-3, 1) did, aborting napari)."""
+    if low >= slider.max:
+        slider.max, slider.min = high, low
+    else:
+        slider.min, slider.max = low, high
+
+
 def name_controls(owner):
     """Give every magicgui control held by ``owner`` its attribute's name, so ``container["radius"]`` finds it."""
     from magicgui.widgets.bases import Widget

@@ -1,4 +1,4 @@
-"""``ivote segment INPUT --points points.csv --radius R [--spacing Z Y X | Y X]
+"""``ivote segment INPUT --points points.csv --radius R|auto [--spacing Z Y X | Y X]
 [--polarity bright|dark] [--iterations N] --out labels.tif``.
 
 Seeds are the points of a CSV written by ``ivote detect`` (pixel coordinates,
@@ -25,6 +25,25 @@ def _grey(image, polarity, is_rgb):
     return image, polarity
 
 
+def _auto_radius(args, image, spacing, polarity, *, chunked=False) -> float:
+    """``--radius auto``: the radius 'ivote detect --radius auto' finds on the same image (its first frame
+    for a time-lapse), printed; a number is returned as given."""
+    if args.radius != "auto":
+        return args.radius
+    if chunked:  # a central crop, as 'ivote detect --chunks' estimates it: the image may not fit in memory
+        from ..distributed._detect import _estimate_radius
+
+        radius = _estimate_radius(image, image.shape, spacing, polarity, args.backend)
+    else:
+        from ..detect import estimate_radius
+
+        radius = estimate_radius(image, spacing=spacing, polarity=polarity, backend=args.backend)
+    if not args.quiet:
+        print(f"radius {radius:.4g} {'px' if spacing is None else 'um'} (auto, estimated from the image)",
+              file=sys.stderr)
+    return float(radius)
+
+
 def _cmd_segment_chunked(args) -> int:
     """Segment block by block on Dask (``ivote.distributed.segment_chunked``); labels to OME-Zarr."""
     import shutil
@@ -47,6 +66,7 @@ def _cmd_segment_chunked(args) -> int:
     table = read_points_csv(args.points)
     spacing = command_spacing(image, args.spacing, command="ivote segment", fallback=table.spacing)
     points = np.asarray(table.points, dtype=float).reshape(-1, len(image.axes))
+    radius = _auto_radius(args, image.data, spacing, args.polarity, chunked=True)
     start = time.perf_counter()
     scratch = out.parent / f".{out.name}.ivote-labels"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -56,7 +76,7 @@ def _cmd_segment_chunked(args) -> int:
                 print(f"segmenting {len(points)} seeds in {'x'.join(map(str, image.shape))} voxels block by block "
                       "(Dask progress below)", file=sys.stderr)
             result = segment_chunked(
-                image.data, points, args.radius, spacing=spacing, chunks=chunks_option(args),
+                image.data, points, radius, spacing=spacing, chunks=chunks_option(args),
                 hops=DEFAULT_HOPS if args.hops is None else args.hops,
                 out=str(scratch), progress=not args.quiet, polarity=args.polarity, iterations=args.iterations,
                 backend=args.backend, memory_limit=args.memory_limit)
@@ -95,6 +115,9 @@ def _cmd_segment(args) -> int:
         if str(args.scene).lower() == "all" and scene_path(args.points, found.scene).is_file():
             points_path = scene_path(args.points, found.scene)  # as 'ivote detect --scene all' wrote them
         table = read_points_csv(points_path)
+        from ..detect._cli import warn_grey_rgb
+
+        warn_grey_rgb(args.input, image, found.is_rgb, args.channel, "ivote segment")
         image, polarity = _grey(image, args.polarity, found.is_rgb)
         spatial = found.spatial_axes
         ndim = len(spatial)
@@ -104,7 +127,10 @@ def _cmd_segment(args) -> int:
             points = np.zeros((0, ndim))
         if points.ndim != 2 or points.shape[1] != ndim:
             raise ValueError(f"--points holds {points.shape[-1]}D points but the image is {ndim}D ({found.axes})")
-        options = dict(radius=args.radius, spacing=spacing, polarity=polarity, iterations=args.iterations,
+        first = image[0] if "T" in found.axes else image  # a time-lapse: one radius, the first frame's
+        radius = _auto_radius(args, np.asarray(first.compute() if hasattr(first, "compute") else first), spacing,
+                              polarity)
+        options = dict(radius=radius, spacing=spacing, polarity=polarity, iterations=args.iterations,
                        backend=args.backend)
         start = time.perf_counter()
         if "T" in found.axes:
@@ -138,6 +164,7 @@ def _cmd_segment(args) -> int:
 
 def register(subparsers) -> None:
     from .._files import add_input_options
+    from ..detect._cli import _radius
 
     parser = subparsers.add_parser(
         "segment",
@@ -148,8 +175,9 @@ def register(subparsers) -> None:
                         help="image: OME-TIFF, TIFF, OME-Zarr, PNG/JPEG (CZI, ND2, LIF with napari-ivote[formats]); "
                              "2D, 2D RGB (H&E), 3D, multi-channel (--channel), time-lapse (labels keep T)")
     parser.add_argument("--points", required=True, help="seed points CSV, as written by 'ivote detect'")
-    parser.add_argument("--radius", type=float, required=True,
-                        help="largest nucleus radius, in the units of the spacing (pixels without one)")
+    parser.add_argument("--radius", type=_radius, required=True,
+                        help="largest nucleus radius, in the units of the spacing (pixels without one); 'auto' "
+                             "estimates it from the image as 'ivote detect --radius auto' does (printed)")
     parser.add_argument("--spacing", type=float, nargs="+", metavar="S",
                         help="pixel size per axis: Z Y X or Y X (default: from the image's metadata, else "
                              "the '# scale' line of the points CSV, else 1)")
