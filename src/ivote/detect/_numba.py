@@ -56,6 +56,7 @@ from numba import njit
 from scipy import ndimage
 
 from .._backend import numba_lock
+from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
@@ -204,7 +205,7 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
                 i = r * X + x
                 gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx)
                 magnitude[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
-                top = max(top, magnitude[i])
+                top = _max(top, magnitude[i])
             row_max[r] = top
             continue
         v = row_start[r]
@@ -250,9 +251,9 @@ def _direction_bin(az, ay, ax, cells, ndim):
     b = face + (1 if major < np.float32(0.0) else 0)
     if ndim == 3:
         cell = int(math.floor((first / size + np.float32(1.0)) * half_cells))
-        b = b * cells + min(max(cell, 0), cells - 1)
+        b = b * cells + _min(_max(cell, 0), cells - 1)
     cell = int(math.floor((second / size + np.float32(1.0)) * half_cells))
-    return b * cells + min(max(cell, 0), cells - 1)
+    return b * cells + _min(_max(cell, 0), cells - 1)
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
@@ -260,7 +261,9 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
     flat order within a class): ``perm`` (the voter at each place), its frame
     index ``gff``, weight ``gw`` and class ``gcls``."""
-    count = np.zeros(n_classes + 1, dtype=np.int64)
+    count = _empty(n_classes + 1, np.int64)
+    for c in range(n_classes + 1):
+        count[c] = 0
     for slab in range(first_slab, last_slab):
         a, b = slab_starts[slab], slab_starts[slab + 1]
         for v in range(a, b):
@@ -338,10 +341,10 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
     widest = 0
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
-        widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
-    az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
-    ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
-    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)
+        widest = _max(widest, slab_starts[slab + 1] - slab_starts[slab])
+    az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
+    ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
+    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
@@ -352,26 +355,18 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
             if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its flag
                 _own_directions(v, e, perm, directions, ndim, az, ay, ax, norm)
                 _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
-                for item in range(starts[c], starts[c + 1]):
-                    s = step[item]
-                    f = end[item]
-                    flag = slot[item]
-                    if flag == 0:  # a run
-                        for i in range(v, e):
-                            w = gw[i]
-                            marks[gff[i] + s] += w
-                            marks[gff[i] + f] -= w
-                        continue
-                    for i in range(v, e):
-                        w = gw[i] if flags[i - v, flag] else gw[i] - gw[i]
-                        marks[gff[i] + s] += w
-                        marks[gff[i] + f] -= w
-            else:  # an offset direction: runs only
-                for item in range(starts[c], starts[c + 1]):
-                    s = step[item]
-                    f = end[item]
+            for item in range(starts[c], starts[c + 1]):
+                s = step[item]
+                f = end[item]
+                flag = slot[item]  # 0: a run (every item of an offset direction)
+                if flag == 0:
                     for i in range(v, e):
                         w = gw[i]
+                        marks[gff[i] + s] += w
+                        marks[gff[i] + f] -= w
+                else:
+                    for i in range(v, e):
+                        w = gw[i] if flags[i - v, flag] else gw[i] - gw[i]
                         marks[gff[i] + s] += w
                         marks[gff[i] + f] -= w
             v = e
@@ -398,11 +393,11 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
     n_offsets = len(limits)
     widest = 0
     for slab in range(first_slab, last_slab):
-        widest = max(widest, slab_starts[slab + 1] - slab_starts[slab])
-    keys = np.empty(widest, dtype=np.uint64)
-    az, ay = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
-    ax, norm = np.empty(widest, dtype=np.float32), np.empty(widest, dtype=np.float32)
-    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)
+        widest = _max(widest, slab_starts[slab + 1] - slab_starts[slab])
+    keys = _empty(widest, np.uint64)
+    az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
+    ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
+    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
     high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
@@ -426,13 +421,13 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
                     for i in range(v, e):
                         j = i - v
                         t = gff[i]
-                        top = np.uint64(max(flat[t + r0], flat[t + r1])) if flags[j, flag] else np.uint64(0)
-                        keys[j] = max(keys[j], (top << high) | rank)
+                        top = np.uint64(_max(flat[t + r0], flat[t + r1])) if flags[j, flag] else np.uint64(0)
+                        keys[j] = _max(keys[j], (top << high) | rank)
                 else:
                     for i in range(v, e):
                         t = gff[i]
-                        key = (np.uint64(max(flat[t + r0], flat[t + r1])) << high) | rank
-                        keys[i - v] = max(keys[i - v], key)
+                        key = (np.uint64(_max(flat[t + r0], flat[t + r1])) << high) | rank
+                        keys[i - v] = _max(keys[i - v], key)
             for i in range(v, e):
                 key = keys[i - v]
                 best = np.uint32(key >> high)
@@ -481,7 +476,7 @@ def _scan_rows(first, last, marks, tops, PZ, PY, PX, wz, wy, wx):
         half = 1
         for level in range(1, tops.shape[0]):
             for i in range(base, base + PX - half):
-                tops[level, i] = max(tops[level - 1, i], tops[level - 1, i + half])
+                tops[level, i] = _max(tops[level - 1, i], tops[level - 1, i + half])
             for i in range(base + PX - half, base + PX):
                 tops[level, i] = tops[level - 1, i]
             half *= 2
@@ -699,19 +694,19 @@ def _contrast_numerators(first, last, out, s, points, wz, wy, wx, sign, ring, pa
     Z, Y, X = s.shape
     for j in range(first, last):
         z, y, x = points[j, 0], points[j, 1], points[j, 2]
-        hz = min(wz, min(z, Z - 1 - z))
-        hy = min(wy, min(y, Y - 1 - y))
-        hx = min(wx, min(x, X - 1 - x))
+        hz = _min(wz, _min(z, Z - 1 - z))
+        hy = _min(wy, _min(y, Y - 1 - y))
+        hx = _min(wx, _min(x, X - 1 - x))
         deepest = np.float32(np.inf)  # the window clipped to the image
         lowest = np.float32(np.inf)  # the window clipped symmetrically
-        for qz in range(max(z - wz, 0), min(z + wz, Z - 1) + 1):
-            for qy in range(max(y - wy, 0), min(y + wy, Y - 1) + 1):
+        for qz in range(_max(z - wz, 0), _min(z + wz, Z - 1) + 1):
+            for qy in range(_max(y - wy, 0), _min(y + wy, Y - 1) + 1):
                 inner = abs(qz - z) <= hz and abs(qy - y) <= hy
-                for qx in range(max(x - wx, 0), min(x + wx, X - 1) + 1):
+                for qx in range(_max(x - wx, 0), _min(x + wx, X - 1) + 1):
                     value = sign * np.float32(s[qz, qy, qx])
-                    deepest = min(deepest, value)
+                    deepest = _min(deepest, value)
                     if inner and abs(qx - x) <= hx:
-                        lowest = min(lowest, value)
+                        lowest = _min(lowest, value)
         centre = sign * np.float32(s[z, y, x])
         level = centre - (centre - deepest) * depth
         fits = 0

@@ -40,14 +40,12 @@ whatever the input (see ``tests/core/test_segment_numba.py``).
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 from numba import njit
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from .._backend import numba_lock
+from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._shape_prior import poses_from_moments
 
@@ -68,67 +66,6 @@ _EDT_INF = 1e30
 _FAST = {"nsz", "arcp", "contract", "reassoc"}
 _inline = njit(inline="always", error_model="numpy")
 """Helpers of one kernel: inlined into it by Numba (their caller's fastmath applies), not compiled apart."""
-
-
-def _binary(compare):
-    """min or max of two numbers, as an intrinsic emitting the code of Numba's own min/max
-    (``do_minmax``: same results, NaN rules included) without their overload resolution, which
-    runs at every call site and compiles a function per argument type: a tenth of the kernels'
-    compilation. Numba's min/max where ``do_minmax`` is not there."""
-    try:
-        from numba.cpython.builtins import do_minmax
-    except ImportError:  # pragma: no cover (another Numba)
-        return min if compare is operator.lt else max
-
-    @intrinsic
-    def minmax(typingctx, a, b):
-        def codegen(context, builder, signature, args):
-            return do_minmax(context, builder, list(signature.args), list(args), compare)
-
-        return typingctx.unify_types(a, b)(a, b), codegen
-
-    return minmax
-
-
-_min, _max = _binary(operator.lt), _binary(operator.gt)
-
-
-def _allocator():
-    """``_empty(length, dtype)``: a new 1D C-contiguous array, as ``np.empty(length, dtype=dtype)``
-    but emitted in place by an intrinsic (NRT allocation, no overflow check: lengths are box
-    sizes), without ``np.empty``'s overload, which compiles a function of its own for every dtype
-    and literal length (0.03-0.15 s each at the first segmentation). ``np.empty`` where Numba's
-    array internals are not there."""
-    try:
-        from numba.core import types
-        from numba.np.arrayobj import make_array, populate_array
-    except ImportError:  # pragma: no cover (another Numba)
-        return njit(lambda length, dtype: np.empty(length, dtype=dtype))
-
-    @intrinsic
-    def empty(typingctx, length, dtype):
-        array_type = types.Array(dtype.instance_type, 1, "C")
-
-        def codegen(context, builder, signature, args):
-            intp = context.get_value_type(types.intp)
-            n = context.cast(builder, args[0], signature.args[0], types.intp)
-            data_type = context.get_data_type(array_type.dtype)
-            itemsize = context.get_constant(types.intp, context.get_abi_sizeof(data_type))
-            align = context.get_constant(types.uint32, context.get_preferred_array_alignment(array_type.dtype))
-            meminfo = context.nrt.meminfo_alloc_aligned(builder, builder.mul(n, itemsize), align)
-            array = make_array(array_type)(context, builder)
-            data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), data_type.as_pointer())
-            populate_array(array, data=data, shape=cgutils.pack_array(builder, [n], ty=intp),
-                           strides=cgutils.pack_array(builder, [itemsize], ty=intp), itemsize=itemsize,
-                           meminfo=meminfo)
-            return array._getvalue()
-
-        return array_type(length, dtype), codegen
-
-    return empty
-
-
-_empty = _allocator()
 
 
 # -- the smooth functions of levelset.cu (float32) ------------------------------------------------
