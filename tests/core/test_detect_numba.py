@@ -117,7 +117,8 @@ def test_ring_flags_are_the_float32_cone_test(radius, spacing):
 
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
-    (a stable counting sort), with their frame index and weight carried along."""
+    (a stable counting sort), with their frame index and weight carried along, and each slab's
+    largest group and largest group of a fine bin (the vote's and turn's scratch sizes)."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
@@ -126,10 +127,15 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 1000, n).astype(np.uint32)
     perm, gff, gw, gcls = np.empty(n, np.int32), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls)
-    for a, b in zip(slab_starts[:-1], slab_starts[1:]):
+    n_offsets = 4  # classes 4..6 are fine bins
+    widths = np.full((len(slab_starts) - 1, 2), -1, dtype=np.int64)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls,
+                    n_offsets, widths)
+    for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         expected = a + np.argsort(cls[a:b], kind="stable")
         np.testing.assert_array_equal(perm[a:b], expected)
+        sizes = np.bincount(cls[a:b], minlength=n_classes)
+        assert list(widths[slab]) == [sizes.max(), sizes[n_offsets:].max()]
     np.testing.assert_array_equal(gcls, cls[perm])
     np.testing.assert_array_equal(gff, frame_flat[perm].astype(np.uint64))
     np.testing.assert_array_equal(gw, weights[perm])

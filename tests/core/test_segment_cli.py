@@ -88,3 +88,20 @@ def test_segment_radius_auto_is_detects_estimate(sample, capsys):
     with pytest.raises(SystemExit):  # argparse's one-line usage error
         main([*common, "--radius", "big", "--out", str(folder / "x.tif")])
     assert "'auto'" in capsys.readouterr().err and not (folder / "x.tif").exists()
+
+
+def test_segment_radius_auto_reads_rgb_as_detect_does(sample, monkeypatch):
+    """``--radius auto`` on H&E: the estimate is given the RGB image, as ``ivote detect --radius auto`` gives it
+    (cropped before its colour conversion), not the density of the whole image."""
+    import ivote.detect
+
+    folder, truth, centers = sample
+    grey = tifffile.imread(folder / "image.tif")
+    scaled = (grey - grey.min()) / np.ptp(grey)
+    rgb = np.stack([255 - 120 * scaled, 255 - 180 * scaled, 255 - 60 * scaled], axis=-1).astype(np.uint8)
+    tifffile.imwrite(folder / "he.tif", rgb, photometric="rgb")
+    seen, real = [], ivote.detect.estimate_radius
+    monkeypatch.setattr(ivote.detect, "estimate_radius", lambda image, **kw: (seen.append(image.shape), real(image, **kw))[1])
+    assert main(["segment", str(folder / "he.tif"), "--points", str(folder / "points.csv"), "--radius", "auto",
+                 "--iterations", "20", "--backend", "numpy", "--out", str(folder / "he_labels.tif")]) == 0
+    assert seen == [rgb.shape]

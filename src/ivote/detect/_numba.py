@@ -257,10 +257,13 @@ def _direction_bin(az, ay, ax, cells, ndim):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls):
+def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls, n_offsets,
+             widths):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
     flat order within a class): ``perm`` (the voter at each place), its frame
-    index ``gff``, weight ``gw`` and class ``gcls``."""
+    index ``gff``, weight ``gw`` and class ``gcls``; ``widths[slab]``: its largest
+    group, and largest group of a fine bin (class >= ``n_offsets``), which size
+    the scratch of ``_vote`` and ``_turn``."""
     count = _empty(n_classes + 1, np.int64)
     for c in range(n_classes + 1):
         count[c] = 0
@@ -268,8 +271,15 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
         a, b = slab_starts[slab], slab_starts[slab + 1]
         for v in range(a, b):
             count[cls[v] + 1] += 1
+        widest = 0
+        widest_own = 0
         for c in range(n_classes):
+            widest = _max(widest, count[c + 1])
+            if c >= n_offsets:
+                widest_own = _max(widest_own, count[c + 1])
             count[c + 1] += count[c]
+        widths[slab, 0] = widest
+        widths[slab, 1] = widest_own
         for v in range(a, b):
             c = cls[v]
             place = a + count[c]
@@ -322,7 +332,7 @@ def _ring_flags(m, first, last, ring, az, ay, ax, norm, flags):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw, gcls, directions, ndim,
+def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, perm, gff, gw, gcls, directions, ndim,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
           widest_ring):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
@@ -338,10 +348,9 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
     voter).
     """
     n_offsets = len(limits)
-    widest = 0
+    widest = 0  # the largest fine-bin group: the ring tests' scratch (a slab can hold millions of voters)
     for slab_index in range(first_slab, last_slab):
-        slab = colour_slabs[slab_index]
-        widest = _max(widest, slab_starts[slab + 1] - slab_starts[slab])
+        widest = _max(widest, widths[colour_slabs[slab_index], 1])
     az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
     ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
     flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
@@ -373,7 +382,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, perm, gff, gw
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, directions, ndim, next_cells,
+def _turn(first_slab, last_slab, flat, slab_starts, widths, perm, gff, gcls, cls, directions, ndim, next_cells,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
           widest_ring):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
@@ -391,13 +400,15 @@ def _turn(first_slab, last_slab, flat, slab_starts, perm, gff, gcls, cls, direct
     that vote is then found in the field.
     """
     n_offsets = len(limits)
-    widest = 0
+    widest = 0  # the largest group (keys), and of fine bins (the ring tests' scratch)
+    widest_own = 0
     for slab in range(first_slab, last_slab):
-        widest = _max(widest, slab_starts[slab + 1] - slab_starts[slab])
+        widest = _max(widest, widths[slab, 0])
+        widest_own = _max(widest_own, widths[slab, 1])
     keys = _empty(widest, np.uint64)
-    az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
-    ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
-    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
+    az, ay = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
+    ax, norm = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
+    flags = np.empty((widest_own, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
     high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
@@ -647,17 +658,19 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     int_type = np.int32 if n < 2**31 else np.int64  # less to move in the regroup
     perm, gff, gw, gcls = np.empty(n, int_type), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
     n_slabs = len(slab_starts) - 1
+    widths = np.zeros((n_slabs, 2), dtype=np.int64)  # per slab: its largest group, and of a fine bin (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
     n_offsets = len(plan.offsets)
     for index, tables in enumerate(passes):
         cells, starts = tables[:2]
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last = passes[index - 1]
-            for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, perm, gff, gcls, cls, directions, plan.ndim,
-                       cells, *last[1:])
-        for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls)
+            for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, perm, gff, gcls, cls, directions,
+                       plan.ndim, cells, *last[1:])
+        for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, perm, gff, gw, gcls,
+                   n_offsets, widths)
         for slabs in colours:
-            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, perm, gff, gw, gcls, directions, plan.ndim,
+            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, perm, gff, gw, gcls, directions, plan.ndim,
                        *tables[1:])
         final = index == plan.n_passes - 1
         for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)

@@ -148,7 +148,8 @@ class SegmentWidget(DockWidget):
                                                    **kwargs))
 
         estimate = self.estimate.estimate_for(image)
-        if estimate is not None and abs(radius - estimate) <= 0.5 * 10.0 ** -self.radius.native.decimals():
+        if (estimate is not None and abs(radius - estimate) <= 0.5 * 10.0 ** -self.radius.native.decimals()
+                and fit_radius(estimate, geometry)[0] == estimate):  # not one the box had to clamp
             radius = kwargs["radius"] = float(estimate)  # the box shows the estimate rounded: run with the estimate
         metadata = {"radius": float(radius)}  # with the Estimate button's value, as the Detect dock stores it
         if estimate is not None:

@@ -118,6 +118,7 @@ def _cmd_segment(args) -> int:
         from ..detect._cli import warn_grey_rgb
 
         warn_grey_rgb(args.input, image, found.is_rgb, args.channel, "ivote segment")
+        raw = image  # --radius auto reads it as 'ivote detect' does (RGB: cropped before its colour conversion)
         image, polarity = _grey(image, args.polarity, found.is_rgb)
         spatial = found.spatial_axes
         ndim = len(spatial)
@@ -127,9 +128,9 @@ def _cmd_segment(args) -> int:
             points = np.zeros((0, ndim))
         if points.ndim != 2 or points.shape[1] != ndim:
             raise ValueError(f"--points holds {points.shape[-1]}D points but the image is {ndim}D ({found.axes})")
-        first = image[0] if "T" in found.axes else image  # a time-lapse: one radius, the first frame's
+        first = raw[0] if "T" in found.axes else raw  # a time-lapse: one radius, the first frame's
         radius = _auto_radius(args, np.asarray(first.compute() if hasattr(first, "compute") else first), spacing,
-                              polarity)
+                              args.polarity)
         options = dict(radius=radius, spacing=spacing, polarity=polarity, iterations=args.iterations,
                        backend=args.backend)
         start = time.perf_counter()
