@@ -150,6 +150,8 @@ def test_estimator_errors_name_the_problem():
         typical_radius(image, min_radius=10, max_radius=5, backend="numpy")
     with pytest.raises(ValueError, match="polarity"):
         typical_radius(image, polarity="up", backend="numpy")
+    with pytest.raises(ValueError, match=r"too thin .* 3 pixel\(s\) along axis 0 .* give the radius as a number"):
+        estimate_radius(np.random.default_rng(0).random((3, 64, 64)), backend="numpy")  # nothing about max_radius
 
 
 def test_cli_radius_auto_prints_the_estimate(tmp_path, capsys):

@@ -96,6 +96,12 @@ def _signal_blobs(signal, spacing, sign, min_radius, max_radius, xp):
     low = _MIN_RADIUS_PIXELS * min(spacing) if min_radius is None else check_positive(min_radius, "min_radius")
     high = extent / 4 if max_radius is None else check_positive(max_radius, "max_radius")
     if not high > low:
+        if min_radius is None and max_radius is None:  # nothing the user set: the image is too thin
+            shortest = min(range(signal.ndim), key=lambda a: signal.shape[a] * spacing[a])
+            raise ValueError(
+                f"image is too thin to estimate a nucleus radius: {signal.shape[shortest]} pixel(s) along axis "
+                f"{shortest} ({extent:g} in the spacing's units) hold less than 4 radii of the smallest nucleus "
+                f"measured ({low:g}); give the radius as a number, or a 2D plane of a thin stack")
         raise ValueError(f"max_radius must be larger than min_radius ({low:g}); got {high:g} "
                          f"(the image is {extent:g} wide along its shortest axis: at least 4 radii are needed)")
     radii = _radii(low, high)
