@@ -59,3 +59,20 @@ def test_cancel_kills_a_long_run_mid_pass_and_adds_nothing(make_napari_viewer, d
     assert not multiprocessing.active_children()  # the CPU stopped with it
     qtbot.wait(50)
     assert [layer.name for layer in viewer.layers] == ["cells"] and widget.status.value == "cancelled"
+
+
+def test_a_late_progress_report_does_not_move_the_bar_back(make_napari_viewer):
+    """Blocks finish on several threads: their reports can reach the GUI out of order (CI saw the bar end at
+    11 of 12); the bar keeps the furthest, and a new total may restart it."""
+    from ivote.napari._runner import Job
+
+    make_napari_viewer()
+    job = Job("test", total=12)
+    try:
+        for done in (3, 2, 1, 4, 12, 11):
+            job._report(done, 12)
+        assert job.progress.n == 12
+        job._report(2, 30)  # a new phase with its own total
+        assert (job.progress.n, job.progress.total) == (2, 30)
+    finally:
+        job.close()

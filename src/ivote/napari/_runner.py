@@ -64,9 +64,11 @@ class Job:
         bar = self.progress
         if self._closed or self.cancelled:
             return
-        if total is not None and total != bar.total:
+        resized = total is not None and total != bar.total
+        if resized:
             bar.total = total
-        if done != bar.n:
+        # reports from several of the engine's threads can arrive out of order: the bar never goes back
+        if done > bar.n or (resized and done != bar.n):
             bar.update(done - bar.n)  # update(), not n=: the bar moves with its counter
 
     def close(self):
