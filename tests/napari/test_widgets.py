@@ -166,7 +166,8 @@ def test_4d_message_is_kept_on_run(make_napari_viewer):
     viewer.add_image(np.zeros((2, 3, 16, 16), np.float32), name="4d")
     widget = _detect(viewer)
     widget.run()
-    assert "4 spatial axes" in widget.status.value and "Add or select" not in widget.status.value
+    assert "4 axes" in widget.status.value and "Add or select" not in widget.status.value
+    assert "labelled 't'" in widget.status.value and "Split Stack" in widget.status.value  # what to do about it
 
 
 def test_affine_layer_gets_points_in_the_right_world_position(make_napari_viewer, small, qtbot):

@@ -97,9 +97,11 @@ def image_geometry(shape, *, rgb=False, scale=None, translate=None, units=None, 
     spatial = shape[:-1] if rgb else shape
     if len(spatial) not in (2, 3):
         kind = "RGB " if rgb else ""
+        hint = ("; a time-lapse is read frame by frame when its first axis is labelled 't' (the layer's axis "
+                "labels), and a channel axis can be split into layers (right-click the layer: Split Stack)") if len(spatial) > 3 else ""
         raise ValueError(
             f"Detect nuclei works on 2D, 3D or 2D RGB images; this {kind}image has "
-            f"{len(spatial)} spatial axes (shape {shape})"
+            f"{len(spatial)} axes (shape {shape}){hint}"
         )
     if rgb and len(spatial) != 2:
         raise ValueError(f"RGB images must be 2D; got shape {shape}")
