@@ -174,12 +174,17 @@ def hematoxylin_density(rgb: ArrayLike | Array, stains: str | ArrayLike | None =
     return xp.maximum(density, 0.0)
 
 
+def reads_as_rgb(shape) -> bool:
+    """Whether detection reads an array of ``shape`` as RGB(A): (Y, X, 3|4)."""
+    return len(shape) == 3 and shape[-1] in (3, 4)
+
+
 def spatial_signal(image, channel, xp, stains=None):
     """The 2D/3D grayscale signal to detect on, and whether it came from RGB
     (``stains``: as :func:`hematoxylin_density`'s)."""
-    is_rgb = image.ndim == 3 and image.shape[-1] in (3, 4)
+    is_rgb = reads_as_rgb(image.shape)
     if channel is not None:
-        if image.ndim != 3 or image.shape[-1] not in (3, 4):
+        if not is_rgb:
             raise ValueError(f"channel can only be given for RGB(A) images (Y, X, 3|4); image has shape {image.shape}")
         if isinstance(channel, bool) or not isinstance(channel, (int, np.integer)) or not 0 <= channel < image.shape[-1]:
             raise ValueError(f"channel must be an integer 0 <= channel < {image.shape[-1]}; got {channel!r}")

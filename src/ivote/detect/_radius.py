@@ -24,7 +24,7 @@ import numpy as np
 from .._backend import get_array_module, ndimage_module, select_xp, to_device, to_host
 from .._typing import Array, ArrayLike, Spacing
 from .._validate import check_image, check_positive, check_spacing
-from ._colour import spatial_signal
+from ._colour import reads_as_rgb, spatial_signal
 
 __all__ = ["LARGEST_OVER_TYPICAL", "VOTING_OVER_LONG_AXIS", "estimate_radius", "typical_radius"]
 
@@ -65,7 +65,7 @@ def _grey_signal(image, spacing, polarity, channel, backend):
     bright (-1 for ``polarity='dark'``)."""
     xp = select_xp(backend, image)
     image = check_image(image, allow_rgb=True)
-    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)  # as spatial_signal reads it
+    rgb = reads_as_rgb(image.shape)
     crop = central_crop(image.shape[:-1] if rgb else image.shape)
     image = image[crop + (slice(None),) * rgb]  # before the colour conversion and the copy to the GPU
     image = to_device(image, xp) if get_array_module(image) is not xp else image
