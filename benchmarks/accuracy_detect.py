@@ -26,7 +26,7 @@ its candidates' LoG responses, measured in the same run.
 
 Usage: python benchmarks/accuracy_detect.py [--data DIR] [--backend auto|numpy|cupy|numba]
        [--datasets a,b] [--max-images N] [--every K] [--offset N] [--modes labels,auto] [--dump DIR]
-       [--stains fixed|auto] [--out benchmarks/results/detect_accuracy.md]
+       [--stains fixed|auto] [--voter-floor F] [--out benchmarks/results/detect_accuracy.md]
 
 ``--stains auto`` detects RGB (H&E) images on the hematoxylin density of
 per-image (Macenko) stain vectors instead of Ruifrok's fixed ones (the
@@ -191,7 +191,16 @@ def main(argv=None) -> int:
     parser.add_argument("--stains", default="fixed", choices=["fixed", "auto"],
                         help="H&E stain vectors: Ruifrok's fixed ones (the default) or per-image Macenko")
     parser.add_argument("--out", default=None, help="also write the table (markdown) here")
+    parser.add_argument("--voter-floor", type=float, default=None,
+                        help="vote with this floor instead of VOTER_FLOOR (e.g. 0.03125; see benchmarks/voter_floor.py)")
     args = parser.parse_args(argv)
+    if args.voter_floor is not None:
+        if not 0 < args.voter_floor <= 1:
+            parser.error(f"--voter-floor must be in (0, 1]; got {args.voter_floor:g}")
+        from ivote.detect import _plan
+
+        _plan.VOTER_FLOOR = args.voter_floor
+        _plan._make_plan.cache_clear()
     data = Path(args.data)
     folders = sorted(p.parent for p in data.glob("*/meta.json"))
     if args.datasets:
@@ -212,6 +221,7 @@ def main(argv=None) -> int:
         f"Device/backend: {device}; iterative_voting defaults except radius/spacing/polarity; "
         f"tolerance = half the image's true median radius; {args.stains} stain vectors for RGB; "
         f"every {args.every} image(s)"
+        + (f", voter floor {args.voter_floor:g}" if args.voter_floor is not None else "")
         + (f", at most {args.max_images} per dataset" if args.max_images else "") + ".",
         "",
         "| dataset | radius | images | nuclei | median radius | ours P | ours R | ours F1 | oracle F1 | ours AP "
