@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -76,6 +76,10 @@ class ImageFile:
     axes_from: str = ""
     """Where the axes came from: 'OME metadata', 'ImageJ hyperstack', 'axes=' ..."""
     time_interval: float | None = None
+    origin: tuple | None = None
+    """World position of the first pixel in micrometres, one per spatial axis (a napari layer's
+    translate): from OME-TIFF Plane positions or an OME-Zarr ``translation``; None when the file
+    gives none."""
 
     @property
     def shape(self) -> tuple:
@@ -312,6 +316,7 @@ class _Raw:
     time_interval: float | None = None
     three_spatial_from_metadata: bool = False  # our own JSON gave 3 pixel sizes
     path: str = ""
+    origin: dict = field(default_factory=dict)  # {'Z'|'Y'|'X': micrometres}, the first pixel's position
 
 
 def _check_axes_text(axes) -> str:
@@ -371,10 +376,10 @@ def _open_tiff(path: Path, scene) -> _Raw:
         s = series[index]
         stored_axes, shape, dtype = s.axes, tuple(s.shape), s.dtype
         page = s.pages[0] if s.pages else tif.pages[0]
-        spacing, names, interval = {}, None, None
+        spacing, names, interval, origin = {}, None, None, {}
         three_from_json = False
         if is_ome:
-            spacing, names, interval = _ome_tiff_metadata(tif.ome_metadata, index)
+            spacing, names, interval, origin = _ome_tiff_metadata(tif.ome_metadata, index)
             axes_from = "OME metadata"
         elif is_imagej:
             spacing, interval = _imagej_spacing(tif.imagej_metadata or {}, page)
@@ -401,7 +406,8 @@ def _open_tiff(path: Path, scene) -> _Raw:
         if axes.endswith("S"):
             axes_from = "TIFF photometric tag"
     data = _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
-    return _Raw(data, axes, axes_from, spacing, scenes, scenes[index], names, interval, three_from_json)
+    return _Raw(data, axes, axes_from, spacing, scenes, scenes[index], names, interval, three_from_json,
+                origin=origin)
 
 
 def _tiff_dask(path: Path, index: int, stored_axes: str, shape, dtype, is_ome: bool):
@@ -457,7 +463,31 @@ def _ome_tiff_metadata(xml: str, index: int):
     channels = channels if isinstance(channels, list) else [channels]
     names = tuple(str(c.get("Name", f"Channel:{i}")) for i, c in enumerate(channels)) or None
     interval = pixels.get("TimeIncrement")
-    return spacing, names, None if interval is None else float(interval)
+    return spacing, names, None if interval is None else float(interval), _ome_plane_origin(pixels)
+
+
+def _ome_plane_origin(pixels: dict) -> dict:
+    """The position of the first plane (TheZ = TheT = TheC = 0) in micrometres, per axis whose
+    position has a length unit (OME's default unit, 'reference frame', is not one)."""
+    planes = pixels.get("Plane", [])
+    planes = planes if isinstance(planes, list) else [planes]
+    first = [p for p in planes if all(int(p.get(f"The{a}", 0)) == 0 for a in "ZTC")]
+    if not first:
+        return {}
+    origin = {}
+    for axis in "ZYX":
+        position = _length_um(first[0].get(f"Position{axis}"), first[0].get(f"Position{axis}Unit", "reference frame"))
+        if position is not None:
+            origin[axis] = position
+    return origin
+
+
+def _length_um(value, unit) -> float | None:
+    """A position (any sign) in ``unit`` as micrometres; None without a value or a length unit."""
+    um_per_unit = to_micrometres(1.0, unit)
+    if value is None or um_per_unit is None or not math.isfinite(float(value)):
+        return None
+    return float(value) * um_per_unit
 
 
 def _imagej_spacing(ij: dict, page):
@@ -522,17 +552,26 @@ def _open_zarr(path: Path, scene) -> _Raw:
     letters = "".join(str(a["name"] if isinstance(a, dict) else a)[:1].upper() for a in axes_meta)
     letters = "".join(a if a in CANONICAL else "?" for a in letters)
     dataset = ms["datasets"][0]
-    scale = [1.0] * len(letters)
-    for transform in ms.get("coordinateTransformations", []) + dataset.get("coordinateTransformations", []):
+    scale, shift = [1.0] * len(letters), [0.0] * len(letters)
+    # the dataset's transforms first, then the multiscale's (OME-NGFF): world = scale * index + shift
+    for transform in dataset.get("coordinateTransformations", []) + ms.get("coordinateTransformations", []):
         if transform.get("type") == "scale":
             scale = [a * b for a, b in zip(scale, transform["scale"])]
-    spacing = {}
-    for letter, size, ax in zip(letters, scale, axes_meta):
+            shift = [a * b for a, b in zip(shift, transform["scale"])]
+        elif transform.get("type") == "translation" and "translation" in transform:
+            shift = [a + float(b) for a, b in zip(shift, transform["translation"])]
+    translated = any(t.get("type") == "translation" for t in
+                     dataset.get("coordinateTransformations", []) + ms.get("coordinateTransformations", []))
+    spacing, origin = {}, {}
+    for letter, size, position, ax in zip(letters, scale, shift, axes_meta):
         if letter in "ZYX":
             unit = ax.get("unit") if isinstance(ax, dict) else None
             um = to_micrometres(size, unit) if unit else None  # no unit: the scale is in pixels
             if um is not None:
                 spacing[letter] = um
+            position_um = _length_um(position, unit) if unit else None
+            if translated and position_um is not None:
+                origin[letter] = position_um
     try:
         from bioio_ome_zarr import Reader
 
@@ -549,7 +588,7 @@ def _open_zarr(path: Path, scene) -> _Raw:
     omero = attrs.get("ome", attrs).get("omero")
     if omero and omero.get("channels"):
         names = tuple(str(c.get("label", i)) for i, c in enumerate(omero["channels"]))
-    return _Raw(data, letters, "OME-Zarr metadata", spacing, scenes, scenes[index], names)
+    return _Raw(data, letters, "OME-Zarr metadata", spacing, scenes, scenes[index], names, origin=origin)
 
 
 def _open_plain(path: Path, scene) -> _Raw:
@@ -670,9 +709,10 @@ def _name_axes(raw: _Raw, axes: str | None) -> ImageFile:
         data, named = data[..., 0], named[:-1]
     spatial = "".join(a for a in named if a in "ZYX")
     spacing = tuple(raw.spacing.get(a) for a in spatial)
+    origin = tuple(raw.origin.get(a, 0.0) for a in spatial) if raw.origin else None
     names = raw.channel_names if "C" in named and raw.channel_names and len(raw.channel_names) == data.shape[named.index("C")] else None
     return ImageFile(data=data, axes=named, spacing=spacing, path=raw.path, scene=raw.scene, scenes=raw.scenes,
-                     channel_names=names, axes_from=source, time_interval=raw.time_interval)
+                     channel_names=names, axes_from=source, time_interval=raw.time_interval, origin=origin)
 
 
 def _axes_from_shape(stored: str, shape: tuple, filename: str, three_spatial: bool) -> str:
@@ -705,14 +745,18 @@ def _ome_unit() -> str:
 
 
 def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing: Sequence[float] | None = None,
-                channel_names: Sequence[str] | None = None, name: str | None = None) -> Path:
+                channel_names: Sequence[str] | None = None, name: str | None = None,
+                translate: Sequence[float] | None = None) -> Path:
     """Write an image or labels with named axes and pixel sizes, atomically.
 
     ``.ome.tif``/``.tif``/``.tiff``: OME-TIFF (BigTIFF when large) with
     ``PhysicalSize*`` in micrometres (Fiji/Bio-Formats, bioio, tifffile read
     them), plus resolution tags in centimetres for plain TIFF readers.
     ``.zarr``: OME-Zarr v0.4 with a scale ``coordinateTransformations`` and
-    micrometre units on the spatial axes.
+    micrometre units on the spatial axes. A ``translate`` is kept as each
+    OME-TIFF plane's ``PositionX/Y/Z`` (micrometres; ``PositionZ`` is that
+    plane's own depth) and as an OME-Zarr ``translation``; :func:`open_image`
+    reads it back as ``ImageFile.origin``.
 
     Parameters
     ----------
@@ -727,6 +771,9 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
     name : str, optional
         The image's name (OME ``Image Name``, OME-Zarr ``name``); ``'labels'``
         makes napari-ivote's reader open it as a Labels layer.
+    translate : sequence of float, optional
+        World position of the first pixel in micrometres per spatial axis, in
+        ``axes`` order (a napari layer's translate).
     """
     path = Path(path)
     axes = _check_axes_text(axes)
@@ -737,8 +784,16 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
         spacing = tuple(float(s) for s in spacing)
         if len(spacing) != len(spatial):
             raise ValueError(f"spacing must have {len(spatial)} values ({spatial}); got {spacing}")
+    if translate is not None:
+        translate = tuple(float(t) for t in translate)
+        if len(translate) != len(spatial):
+            raise ValueError(f"translate must have {len(spatial)} values ({spatial}), micrometres; got {translate}")
+        if not all(math.isfinite(t) for t in translate):
+            raise ValueError(f"translate must be finite micrometres; got {translate}")
+        if spacing is None:
+            raise ValueError("translate (micrometres) needs spacing: a file without pixel sizes has no micrometres")
     if path.name.lower().endswith(".zarr"):
-        return _write_ome_zarr(path, array, axes, spacing, channel_names, name)
+        return _write_ome_zarr(path, array, axes, spacing, channel_names, name, translate)
     if not path.name.lower().endswith((".tif", ".tiff")):
         raise ValueError(f"output image must end in .ome.tif, .tif, .tiff or .zarr; got {path.name!r}")
     from ._atomic import write_atomic
@@ -753,6 +808,8 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
             metadata[f"PhysicalSize{letter}Unit"] = _ome_unit()
     if channel_names is not None:
         metadata["Channel"] = {"Name": list(channel_names)}
+    if translate is not None:
+        metadata["Plane"] = _plane_positions(array.shape, axes, spacing, translate)
     resolution = None
     if spacing is not None:
         resolution = (1e4 / spacing[-1], 1e4 / spacing[-2])  # pixels per centimetre, X then Y
@@ -767,7 +824,22 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
     return write_atomic(path, write)
 
 
-def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=None) -> Path:
+def _plane_positions(shape, axes: str, spacing, translate) -> dict:
+    """OME Plane positions for tifffile, one per plane in stored (C) order: the first pixel's
+    x and y, and each plane's own z (the origin plus its index times the z spacing)."""
+    origin = dict(zip("".join(a for a in axes if a in "ZYX"), translate))
+    step_z = dict(zip("".join(a for a in axes if a in "ZYX"), spacing or ())).get("Z", 1.0)
+    leading = [(a, n) for a, n in zip(axes, shape) if a not in "YX"]
+    planes = np.ndindex(*[n for _, n in leading])
+    z_index = [a for a, _ in leading].index("Z") if "Z" in axes else None
+    z = [origin.get("Z", 0.0) + step_z * (0 if z_index is None else index[z_index]) for index in planes]
+    plane = {"PositionZ": z} if "Z" in origin else {}
+    plane.update({f"Position{a}": [origin[a]] * len(z) for a in "YX"})
+    plane.update({f"Position{a}Unit": [_ome_unit()] * len(z) for a in "ZYX" if f"Position{a}" in plane})
+    return plane
+
+
+def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=None, translate=None) -> Path:
     import dask.array as da
     import zarr
 
@@ -782,9 +854,13 @@ def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=N
         axes_meta.append(entry)
     sizes = dict(zip("".join(a for a in axes if a in "ZYX"), spacing or ()))
     scale = [float(sizes.get(a, 1.0)) for a in axes]
+    transforms = [{"type": "scale", "scale": scale}]
+    if translate is not None:
+        origin = dict(zip("".join(a for a in axes if a in "ZYX"), translate))
+        transforms.append({"type": "translation", "translation": [float(origin.get(a, 0.0)) for a in axes]})
     multiscales = [{
         "version": "0.4", "name": name or path.name, "axes": axes_meta,
-        "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": scale}]}],
+        "datasets": [{"path": "0", "coordinateTransformations": transforms}],
     }]
     chunks = tuple(1 if a in "TC" else min(n, 256 if a != "Z" else 32) for a, n in zip(axes, np.shape(array)))
     folder = path.parent if str(path.parent) else Path(".")

@@ -25,7 +25,8 @@ def get_image_reader(path):
 
 
 def read_image_layers(path) -> list[tuple]:
-    """The image as napari layer data: lazy (Dask) data, scale in micrometres (1 where unknown)."""
+    """The image as napari layer data: lazy (Dask) data, scale in micrometres (1 where unknown),
+    translate the file's origin (micrometres) when it gives one and every pixel size."""
     path = Path(path[0] if isinstance(path, (list, tuple)) else path)
     image = open_image(path)
     spatial = [1.0 if s is None else float(s) for s in image.spacing]
@@ -34,6 +35,8 @@ def read_image_layers(path) -> list[tuple]:
                         "metadata": {"source": str(path), "axes": image.axes, "spacing_um": image.spacing}}
     if "T" not in image.axes and all(s is not None for s in image.spacing):
         attributes["units"] = ("micrometer",) * len(spatial)
+    if image.origin is not None and all(s is not None for s in image.spacing):  # micrometres, as the scale
+        attributes["translate"] = (0.0,) * ("T" in image.axes) + tuple(image.origin)
     if image.scene == LABELS_NAME and "C" not in image.axes and not image.is_rgb:
         return [(image.data, attributes, "labels")]
     if "C" in image.axes:

@@ -6,7 +6,7 @@ header lines (other Points layers go to napari's own CSV writer, unchanged);
 the reader claims only CSV files whose header starts with the pixel columns
 (``y,x`` or ``z,y,x``) and restores the points, scores and scale exactly. The
 labels writer saves a Labels layer as OME-TIFF (or OME-Zarr) with its pixel
-sizes, which the image reader opens as a Labels layer again. Both are napari's
+sizes and translate, which the image reader opens as a Labels layer again. Both are napari's
 default for their extensions (see :mod:`._writer_order`).
 """
 
@@ -171,8 +171,9 @@ _LABEL_AXES = {2: "YX", 3: "ZYX", 4: "TZYX"}
 def write_labels(path: str, data, attributes: dict) -> list[str]:
     """napari single-layer writer: a Labels layer to OME-TIFF (``.tif``) or OME-Zarr (``.zarr``), atomically.
 
-    The layer's scale goes into the file as pixel sizes when its unit is the
-    micrometre (the unit OME files carry); the file opens as a Labels layer
+    The layer's scale goes into the file as pixel sizes, and its translate as
+    the first pixel's position, when its unit is the micrometre (the unit OME
+    files carry); the file opens as a Labels layer
     with napari-ivote's image reader, and as an image with any TIFF reader.
     """
     from .._files import write_image
@@ -188,7 +189,11 @@ def write_labels(path: str, data, attributes: dict) -> list[str]:
     physical = is_micrometre(units[-1] if units else metadata_unit)
     spatial = len(axes.replace("T", ""))
     spacing = tuple(float(s) for s in scale)[-spatial:] if scale is not None and physical else None
+    translate = attributes.get("translate")
+    translate = tuple(float(t) for t in translate)[-spatial:] if translate is not None and spacing else None
+    if translate is not None and not any(translate):
+        translate = None  # the origin: nothing to record
     path = Path(path)
     if not path.name.lower().endswith((".tif", ".tiff", ".zarr")):
         path = path.with_name(path.name + ".ome.tif")
-    return [str(write_image(path, labels, axes=axes, spacing=spacing, name=LABELS_NAME))]
+    return [str(write_image(path, labels, axes=axes, spacing=spacing, translate=translate, name=LABELS_NAME))]

@@ -1,0 +1,36 @@
+"""A Labels layer saved from napari (File > Save Selected Layer) and opened again sits where it was:
+its translate (the world position of pixel 0) is kept with its scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+napari = pytest.importorskip("napari")
+pytest.importorskip("pytestqt")
+
+from ivote.data import synthetic_nuclei  # noqa: E402
+
+pytestmark = pytest.mark.napari
+
+
+@pytest.mark.parametrize("suffix", [".ome.tif", ".ome.zarr"])
+def test_saved_labels_reopen_at_their_scale_and_translate(make_napari_viewer, tmp_path, suffix):
+    sample = synthetic_nuclei((6, 32, 24), spacing=(2.0, 0.5, 0.5), radius=3.0, seed=4)
+    viewer = make_napari_viewer()
+    image = viewer.add_image(sample.image, name="cells", scale=(2.0, 0.5, 0.5), translate=(-8.0, 4.25, 100.0),
+                             units=("um",) * 3)
+    labels = viewer.add_labels(sample.labels.astype(np.int32), name="labels: cells", scale=image.scale,
+                               translate=image.translate, units=image.units)
+    viewer.layers.selection = {labels}
+    [path] = viewer.layers.save(str(tmp_path / f"labels{suffix}"), selected=True, plugin="napari-ivote")
+
+    [reopened] = viewer.open(path, plugin="napari-ivote")
+    assert isinstance(reopened, napari.layers.Labels)
+    np.testing.assert_allclose(reopened.scale, image.scale)
+    np.testing.assert_allclose(reopened.translate, image.translate)
+    np.testing.assert_array_equal(np.asarray(reopened.data), labels.data)
+    # the same nucleus under the same world point
+    centre = np.array(np.nonzero(labels.data == 1)).mean(axis=1)
+    world = labels.data_to_world(centre)
+    assert reopened.get_value(world, world=True) == 1
