@@ -13,6 +13,8 @@ import csv
 import io
 import math
 import os
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +119,9 @@ class PointsTable:
     units: str | None
     times: np.ndarray | None = None
     """(N,) int64 frame of each point (the ``t`` column of a time-lapse), or None."""
+    columns: tuple = ()
+    """The file's columns read as the pixel coordinates, in order: ``('y', 'x')``, or napari's
+    ``('axis-0', 'axis-1')``."""
 
     @property
     def world(self) -> np.ndarray:
@@ -265,13 +270,18 @@ def _points_columns(points, scores, spacing, translate, units, times, radius=Non
 
 
 def read_points_csv(path) -> PointsTable:
-    """Read a CSV written by :func:`write_points_csv` (or ``ivote detect``).
+    """Read a CSV written by :func:`write_points_csv` (or ``ivote detect``), or by napari.
 
-    Pixel coordinates come from the ``z,y,x`` / ``y,x`` columns; a table with
-    only world columns (``*_um``) and a ``# scale`` line is converted back.
-    Lines starting with ``#`` before the header carry ``key: value`` metadata;
-    other ``#`` lines and blank lines are skipped; a UTF-8 byte-order mark is
-    ignored. Errors name the file, line and column.
+    Pixel coordinates come from the ``z,y,x`` / ``y,x`` columns. Lines starting
+    with ``#`` before the header carry ``key: value`` metadata; other ``#``
+    lines and blank lines are skipped; a UTF-8 byte-order mark is ignored.
+    Errors name the file, line and column.
+
+    napari's own points CSV (``index,axis-0,axis-1[,axis-2],<features>``, what
+    napari's File > Save writes for a Points layer) is read too: its ``axis-*``
+    columns as ``y, x`` or ``z, y, x`` pixel coordinates, its ``score`` feature
+    as the scores, other features ignored; it keeps no scale or translate. A
+    ``UserWarning`` says which columns were read.
     """
     path = check_input_file(path, "points file")
     try:
@@ -298,16 +308,25 @@ def read_points_csv(path) -> PointsTable:
         raise IvoteError(f"{path}, line {header_line}: column(s) {', '.join(map(repr, duplicated))} appear more "
                          f"than once in the header {raw_header}; each column must be named once")
     axes = [a for a in _AXES if a in header]
+    columns = axes
+    numeric = range(len(header))  # our tables: every column is a number
     if len(axes) not in (2, 3) or axes != list(_AXES[-len(axes):]):
-        raise IvoteError(f"{path}, line {header_line}: expected pixel columns 'y,x' or 'z,y,x' in the header; "
-                         f"got {raw_header}")
+        columns = _napari_axis_columns(path, header_line, header, raw_header)
+        axes = list(_AXES[-len(columns):])
+        score = "score" if "score" in header else None
+        numeric = sorted(header.index(c) for c in columns + [score] if c)  # features may be text
+        warnings.warn(f"{path.name} is napari's points CSV: read columns {', '.join(columns)}"
+                      f"{' and score' if score else ''} as pixel coordinates {', '.join(axes)}"
+                      f"{' and scores' if score else ''}; it keeps no scale or translate (the image's pixel "
+                      "sizes apply)", UserWarning, stacklevel=2)
     score_column = header.index("score") if "score" in header else None
-    data = np.empty((len(numbered) - 1, len(header)), dtype=np.float64)
+    data = np.full((len(numbered) - 1, len(header)), np.nan)
     for i, (number, row) in enumerate(numbered[1:]):
         if len(row) != len(header):
             raise IvoteError(f"{path}, line {number}: {len(row)} value(s), but the header on line {header_line} "
                              f"has {len(header)} columns ({','.join(raw_header)})")
-        for j, value in enumerate(row):
+        for j in numeric:
+            value = row[j]
             try:
                 data[i, j] = float(value)
             except ValueError:
@@ -316,7 +335,7 @@ def read_points_csv(path) -> PointsTable:
             if not math.isfinite(data[i, j]) and not (j == score_column and math.isnan(data[i, j])):
                 raise IvoteError(f"{path}, line {number}, column {raw_header[j].strip()!r}: {value!r}; "
                                  "coordinates must be finite (a score may be nan: unknown)")
-    points = data[:, [header.index(a) for a in axes]]
+    points = data[:, [header.index(c) for c in columns]]
     scores = data[:, score_column] if score_column is not None else None
     if scores is not None and len(scores) and np.isnan(scores).all():
         scores = None
@@ -344,4 +363,26 @@ def read_points_csv(path) -> PointsTable:
         return values
 
     units = meta.get("units")
-    return PointsTable(points, scores, parse("scale"), parse("translate"), units[1] if units else None, times)
+    return PointsTable(points, scores, parse("scale"), parse("translate"), units[1] if units else None, times,
+                       tuple(columns))
+
+
+_NAPARI_COLUMNS = "'index,axis-0,axis-1' or 'index,axis-0,axis-1,axis-2', then features"
+_EXPECTED_COLUMNS = f"pixel columns 'y,x' or 'z,y,x' (napari-ivote's CSV) or {_NAPARI_COLUMNS} (napari's points CSV)"
+
+
+def _napari_axis_columns(path, header_line: int, header: list, raw_header: list) -> list:
+    """The ``axis-0, axis-1[, axis-2]`` columns of napari's points CSV, in order; an error naming
+    the expected columns for any other header."""
+    where = f"{path}, line {header_line}"
+    numbers = sorted(int(m.group(1)) for h in header if (m := re.fullmatch(r"axis-(\d+)", h)))
+    if numbers != list(range(len(numbers))) or len(numbers) < 2:
+        raise IvoteError(f"{where}: expected pixel columns 'y,x' or 'z,y,x' in the header; got {raw_header} "
+                         f"(napari's points CSV is read too: {_NAPARI_COLUMNS})")
+    if "shape-type" in header:
+        raise IvoteError(f"{where}: this is napari's shapes CSV, not points; expected {_EXPECTED_COLUMNS}")
+    if len(numbers) not in (2, 3):
+        raise IvoteError(f"{where}: napari's points CSV with {len(numbers)} axes (axis-0..axis-{len(numbers) - 1}) "
+                         f"cannot be read: which axis is time or a channel is not written in it; expected "
+                         f"{_EXPECTED_COLUMNS} (save a time-lapse's points with napari-ivote's writer: a 't' column)")
+    return [f"axis-{n}" for n in numbers]

@@ -41,7 +41,7 @@ def test_saving_detected_points_and_labels_from_napari_keeps_units_and_scores(ma
     viewer.layers.selection = {points}
     assert _save_dialog_default_writer([points]) == "napari-ivote.write_points"
     [path] = viewer.layers.save(str(tmp_path / "saved.csv"), selected=True)
-    table = read_points_csv(path)  # napari's own CSV ('index,axis-0,axis-1') has no pixel columns: refused
+    table = read_points_csv(path)  # napari's own CSV ('index,axis-0,axis-1') would have no scale or translate
     np.testing.assert_allclose(table.points, points.data)
     np.testing.assert_allclose(table.scores, points.features["score"])
     assert table.spacing == (0.5, 0.5) and table.translate == (10.0, -4.0) and table.units == "um"
