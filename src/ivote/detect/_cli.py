@@ -83,12 +83,11 @@ def warn_grey_rgb(path, image, is_rgb: bool, channel, command: str) -> None:
     'RGB Color'): read as H&E by default, its nuclei are the wrong ones; ``--channel 0`` reads it as grey."""
     import sys
 
-    import numpy as np
+    from ._colour import GREY_RGB_NOTE, is_grey_rgb
 
-    if is_rgb and channel is None and image.shape[-1] >= 3 and \
-            np.array_equal(image[..., 0], image[..., 1]) and np.array_equal(image[..., 0], image[..., 2]):
-        print(f"{command}: warning: {path} is RGB with red = green = blue (a grey image saved as colour); it is "
-              "read as H&E (hematoxylin density): give --channel 0 to read it as a grey image", file=sys.stderr)
+    if is_rgb and channel is None and is_grey_rgb(image):
+        print(f"{command}: warning: {path} {GREY_RGB_NOTE}: give --channel 0 to read it as a grey image",
+              file=sys.stderr)
 
 
 def _detect_file(path, scene, out, settings, *, quiet: bool = True):

@@ -8,7 +8,7 @@ import numpy as np
 from .._backend import get_array_module, to_host
 from .._typing import Array, ArrayLike
 
-__all__ = ["hematoxylin_density", "spatial_signal", "stain_vectors"]
+__all__ = ["GREY_RGB_NOTE", "hematoxylin_density", "is_grey_rgb", "spatial_signal", "stain_vectors"]
 
 # Ruifrok & Johnston's stain matrix, column 0 of skimage.color.hed_from_rgb
 _HEMATOXYLIN_FROM_RGB = (1.87798274, -0.06590806, -0.60190736)
@@ -177,6 +177,23 @@ def hematoxylin_density(rgb: ArrayLike | Array, stains: str | ArrayLike | None =
 def reads_as_rgb(shape) -> bool:
     """Whether detection reads an array of ``shape`` as RGB(A): (Y, X, 3|4)."""
     return len(shape) == 3 and shape[-1] in (3, 4)
+
+
+GREY_RGB_NOTE = ("is RGB with red = green = blue (a grey image saved as colour); it is read as H&E "
+                 "(hematoxylin density), so the nuclei found are not the grey image's")
+
+
+def is_grey_rgb(rgb) -> bool:
+    """Whether an RGB(A) array (colour last; NumPy, CuPy or Dask) holds a grey image: red = green =
+    blue everywhere, e.g. a fluorescence image exported as 'RGB Color' (:data:`GREY_RGB_NOTE`).
+
+    >>> is_grey_rgb(np.dstack([np.eye(3)] * 3)), is_grey_rgb(np.dstack([np.eye(3), np.eye(3), 1 - np.eye(3)]))
+    (True, False)
+    """
+    if np.ndim(rgb) < 3 or np.shape(rgb)[-1] < 3:
+        return False
+    red, green, blue = (to_host(rgb[..., i]) for i in range(3))
+    return bool(np.array_equal(red, green) and np.array_equal(red, blue))
 
 
 def spatial_signal(image, channel, xp, stains=None):

@@ -29,6 +29,7 @@ __all__ = [
     "estimate_input",
     "estimate_layer_radius",
     "fit_radius",
+    "grey_rgb_note",
     "image_geometry",
     "layer_geometry",
     "points_layer_name",
@@ -524,6 +525,17 @@ def layer_geometry(layer) -> tuple[ImageGeometry, bool]:
     geometry = image_geometry(shape[frame:], rgb=layer.rgb, scale=layer.scale[frame:],
                               translate=layer.translate[frame:], units=layer.units[frame:], metadata=layer.metadata)
     return geometry, timelapse
+
+
+def grey_rgb_note(layer) -> str | None:
+    """What to tell the user when an RGB layer holds a grey image (:func:`ivote.detect._colour.is_grey_rgb`;
+    a multiscale layer: its smallest level), else None."""
+    from ..detect._colour import GREY_RGB_NOTE, is_grey_rgb
+
+    if not layer.rgb or not is_grey_rgb(layer.data[-1] if layer.multiscale else layer.data):
+        return None
+    return (f"{layer.name!r} {GREY_RGB_NOTE}: to detect on the grey image, split it (right-click the layer > "
+            "Split RGB) and pick one of its channels")
 
 
 def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_point, radius: float, polarity: str,

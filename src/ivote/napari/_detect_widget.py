@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from napari.layers import Image
+from napari.utils.notifications import show_warning
 from psygnal import Signal
 from qtpy.QtCore import QTimer
 from superqt.utils import qdebounced
@@ -76,7 +77,10 @@ class DetectWidget(DetectForm):
             return self.status.show(self._geometry_error, error=True)
         self.fit_to(self._geometry, keep_radius=self._radius_touched)
         self.volume.update_for(layer)
-        self.status.show("")
+        note = logic.grey_rgb_note(layer)
+        if note:  # read as H&E, as on the command line, which says so too
+            show_warning(f"napari-ivote: {note}")
+        self.status.show(note or "", error=bool(note))
         self._schedule_preview()
 
     def _on_layer_removed(self, event):
