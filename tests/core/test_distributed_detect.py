@@ -238,22 +238,23 @@ def test_bad_input_is_refused(image_2d, call, error, match):
 
 def test_default_chunks_fit_the_memory_limit():
     halo = (32, 32)
+    numba = _detect._block_cost("numba", np.float32)
     # the whole image fits: one block
-    assert _detect._resolve_chunks(None, (150, 150), halo, 10**9, False) == (150, 150)
+    assert _detect._resolve_chunks(None, (150, 150), halo, 10**9, numba) == (150, 150)
     limit = 64 * 2**20
-    chunks = _detect._resolve_chunks(None, (4000, 3000), halo, limit, False)
-    assert _detect._block_voxels(chunks, (4000, 3000), halo) * _detect.CPU_BYTES_PER_VOXEL <= limit
+    chunks = _detect._resolve_chunks(None, (4000, 3000), halo, limit, numba)
+    assert _detect._block_voxels(chunks, (4000, 3000), halo) * numba.per_voxel + numba.fixed <= limit
     blocks = _detect._blocks((4000, 3000), chunks)
     read = sum(np.prod([min(n, s.stop + h) - max(0, s.start - h) for s, h, n in zip(b, halo, (4000, 3000))])
                for b in blocks)
     assert read < 1.2 * 4000 * 3000  # halos add less than a fifth
     # one block per worker at least
-    assert len(_detect._blocks((150, 150), _detect._resolve_chunks(None, (150, 150), halo, 10**9, False, 4))) >= 4
+    assert len(_detect._blocks((150, 150), _detect._resolve_chunks(None, (150, 150), halo, 10**9, numba, 4))) >= 4
     with pytest.raises(ValueError, match="memory_limit"):
-        _detect._resolve_chunks(None, (150, 150), halo, 1000, False)
+        _detect._resolve_chunks(None, (150, 150), halo, 1000, numba)
     # a GPU block is one pass: fewer than 2**31 voxels even when the memory would hold more
     big = (2000, 2048, 2048)
-    chunks = _detect._resolve_chunks(None, big, (76,) * 3, 10**12, True)
+    chunks = _detect._resolve_chunks(None, big, (76,) * 3, 10**12, _detect._block_cost("cupy", np.float32))
     assert _detect._block_voxels(chunks, big, (76,) * 3) < 2**31
 
 

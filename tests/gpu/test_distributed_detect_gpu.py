@@ -66,7 +66,7 @@ def test_gpu_memory_limit_well_below_the_volume(gpu_pool):
     _assert_same(chunked, whole)
     blur = _DEFAULT_BLUR_PIXELS * min(spacing)
     halo = detection_halo(make_plan(4.0, spacing, 3), tuple(blur / s for s in spacing))
-    blocks = _detect._resolve_chunks(None, image.shape, halo, limit, True)
+    blocks = _detect._resolve_chunks(None, image.shape, halo, limit, _detect._block_cost("cupy", image.dtype))
     assert np.prod(blocks) < image.size / 4  # it did run in small blocks
     assert len(grown) >= 8 and 0 < max(grown) <= limit, (grown, limit)  # two GPU passes per block
     assert gpu_pool.pool.get_limit() == gpu_pool.previous  # every block's cap was lifted

@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -47,10 +47,8 @@ __all__ = ["detect_chunked", "detect_dask", "detection_halo"]
 #: buffers, maxima flags and lists): the in-memory detection's measured peak is 24-26
 #: (docs/benchmarks.md); tests/gpu runs blocks under a limit sized with this
 GPU_BYTES_PER_VOXEL = 32
-#: host bytes per voxel of a block's detection on the CPU: the Numba detection's (``_voting._CPU_MEMORY``,
-#: 96) plus the float32 block (the NumPy path's fixed buffers and 256 B/voxel are not planned for: it is
-#: the reference, not the engine's path)
-CPU_BYTES_PER_VOXEL = 100
+# on the CPU a block's host memory is that of the path that runs it, Numba's or NumPy's
+# (``_voting.cpu_detection_memory``), plus the block read: see _block_cost
 #: host memory a block may use on the CPU when no limit is given
 DEFAULT_CPU_BLOCK_BYTES = 2 * 2**30
 #: share of a GPU's memory a block may use when no limit is given
@@ -207,9 +205,12 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     sigma = tuple(blur / s for s in spacing) if blur > 0 else (0.0,) * ndim
     halo = _resolve_halo(halo, plan, sigma)
     gpu = xp is not np
+    compiled = not gpu and use_numba(xp, backend)
+    name = "cupy" if gpu else ("numba" if compiled else "numpy")
     limit = _memory_limit(memory_limit, gpu)
-    chunks = _resolve_chunks(chunks, shape, halo, limit, gpu, _workers(scheduler))
-    _check_block_memory(chunks, shape, halo, limit, gpu)
+    cost = _block_cost(name, dtype)
+    chunks = _resolve_chunks(chunks, shape, halo, limit, cost, _workers(scheduler))
+    _check_block_memory(chunks, shape, halo, limit, cost)
     blocks = _blocks(shape, chunks)
     if len(blocks) == 1:  # the image fits: one task, the in-memory detection itself
         options = dict(radius="auto" if estimated else radius, spacing=spacing, polarity=polarity, blur=blur,
@@ -218,8 +219,6 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         if on_block is not None:
             on_block(found.points, found.scores)
         return found
-    compiled = not gpu and use_numba(xp, backend)
-    name = "cupy" if gpu else ("numba" if compiled else "numpy")
     runner = _Runner(progress, 3 * len(blocks))
 
     # pass 1: minimum, maximum, the noise grid's boxes
@@ -348,16 +347,33 @@ def _memory_limit(memory_limit, gpu: bool) -> int:
     return DEFAULT_CPU_BLOCK_BYTES
 
 
-def _bytes_per_voxel(gpu: bool) -> int:
-    return GPU_BYTES_PER_VOXEL if gpu else CPU_BYTES_PER_VOXEL
+class _BlockCost(NamedTuple):
+    """Memory of one block's detection: ``per_voxel * voxels + fixed`` bytes, on ``path``."""
+
+    per_voxel: float
+    fixed: float
+    path: str  # 'cupy', 'numba' or 'numpy'
+
+
+def _block_cost(path: str, dtype) -> _BlockCost:
+    """The memory of a block's detection on ``path``: on the GPU ``GPU_BYTES_PER_VOXEL``; on the CPU
+    the in-memory detection's estimate for that path (``_voting.cpu_detection_memory``: the NumPy
+    path needs about 2.5 times Numba's bytes per voxel, and more fixed buffers) plus the block read
+    (``dtype``)."""
+    if path == "cupy":
+        return _BlockCost(GPU_BYTES_PER_VOXEL, 0, path)
+    from ..detect._voting import cpu_detection_memory
+
+    fixed = cpu_detection_memory(0, path)
+    return _BlockCost(cpu_detection_memory(1, path) - fixed + np.dtype(dtype).itemsize, fixed, path)
 
 
 def _block_voxels(chunks, shape, halo) -> int:
     return math.prod(min(n, c + 2 * h) for n, c, h in zip(shape, chunks, halo))
 
 
-def _resolve_chunks(chunks, shape, halo, limit: int, gpu: bool, min_blocks: int = 1) -> tuple:
-    """The voxels each block owns: as given, else the blocks that fit ``limit``
+def _resolve_chunks(chunks, shape, halo, limit: int, cost: _BlockCost, min_blocks: int = 1) -> tuple:
+    """The voxels each block owns: as given, else the blocks that fit ``limit`` (at ``cost``, :func:`_block_cost`)
     with their halo and read the fewest voxels in all (halos read twice cost),
     at least ``min_blocks`` of them (one per worker); the whole image when it fits."""
     ndim = len(shape)
@@ -368,7 +384,7 @@ def _resolve_chunks(chunks, shape, halo, limit: int, gpu: bool, min_blocks: int 
         if len(chunks) != ndim or any(isinstance(c, bool) or int(c) < 1 for c in chunks):
             raise ValueError(f"chunks must be a positive integer or {ndim} of them; got {chunks!r}")
         return tuple(min(int(c), n) for c, n in zip(chunks, shape))
-    voxels = _most_voxels(limit, gpu)
+    voxels = _most_voxels(limit, cost)
     per_axis = []  # per axis, per number of splits: (chunk, blocks, voxels read along it, block length)
     for n, h in zip(shape, halo):
         options = {}
@@ -387,7 +403,9 @@ def _resolve_chunks(chunks, shape, halo, limit: int, gpu: bool, min_blocks: int 
             best = (key, tuple(a[0] for a in axes))
     if best is None:
         raise ValueError(f"no blocks of a {'x'.join(map(str, shape))} image fit memory_limit {limit / 2**30:.2f} GiB "
-                         f"with the halo of {'x'.join(map(str, halo))} voxels: give a larger memory_limit")
+                         f"with the halo of {'x'.join(map(str, halo))} voxels on the {cost.path} backend (about "
+                         f"{cost.per_voxel:.0f} bytes per voxel + {cost.fixed / 2**20:.0f} MiB): give a larger "
+                         "memory_limit")
     return best[1]
 
 
@@ -395,23 +413,24 @@ def _resolve_chunks(chunks, shape, halo, limit: int, gpu: bool, min_blocks: int 
 GPU_MOST_VOXELS = 2**31 - 1
 
 
-def _most_voxels(limit: int, gpu: bool) -> int:
+def _most_voxels(limit: int, cost: _BlockCost) -> int:
     """Voxels a block with its halo may hold under ``limit``."""
-    voxels = limit // _bytes_per_voxel(gpu)
-    return min(voxels, GPU_MOST_VOXELS) if gpu else voxels
+    voxels = max(0, int((limit - cost.fixed) // cost.per_voxel))
+    return min(voxels, GPU_MOST_VOXELS) if cost.path == "cupy" else voxels
 
 
-def _check_block_memory(chunks, shape, halo, limit: int, gpu: bool) -> None:
+def _check_block_memory(chunks, shape, halo, limit: int, cost: _BlockCost) -> None:
+    gpu = cost.path == "cupy"
     if gpu and _block_voxels(chunks, shape, halo) > GPU_MOST_VOXELS:
         raise ValueError(f"a block of {'x'.join(map(str, chunks))} voxels with its halo of {'x'.join(map(str, halo))} "
                          f"holds more than 2**31 - 1 voxels, more than one GPU pass takes: use smaller chunks")
-    need = _block_voxels(chunks, shape, halo) * _bytes_per_voxel(gpu)
+    need = _block_voxels(chunks, shape, halo) * cost.per_voxel + cost.fixed
     if need > limit:
         where = "GPU" if gpu else "host"
         raise ValueError(
             f"a block of {'x'.join(map(str, chunks))} voxels with its halo of {'x'.join(map(str, halo))} needs about "
-            f"{need / 2**30:.2f} GiB of {where} memory, above memory_limit {limit / 2**30:.2f} GiB: use smaller "
-            "chunks (or none: the largest that fit) or a larger memory_limit")
+            f"{need / 2**30:.2f} GiB of {where} memory on the {cost.path} backend, above memory_limit "
+            f"{limit / 2**30:.2f} GiB: use smaller chunks (or none: the largest that fit) or a larger memory_limit")
 
 
 def _blocks(shape, chunks) -> list:
