@@ -194,6 +194,54 @@ def test_segment_estimates_the_radius_for_seeds_clicked_by_hand(make_napari_view
     assert viewer.layers["labels: cells"].metadata == {"radius": 9.0, "radius_estimate": core, "radius_estimated": False}
 
 
+def test_an_estimate_the_box_clamps_runs_with_the_clamped_radius(make_napari_viewer, qtbot, monkeypatch):
+    """An estimate just below the smallest radius the core takes is shown as the minimum; Run uses the
+    minimum, not the refused estimate (the fix of ea6ddaa)."""
+    from ivote._validate import MIN_RADIUS_PIXELS
+    from ivote.napari import _runner
+    from ivote.napari._segment_widget import SegmentWidget
+
+    sample = synthetic_nuclei((64, 64), spacing=(0.5, 0.5), radius=3.0, noise=0.05, seed=2)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    viewer.add_points(sample.centers[:3], name="clicks", scale=sample.spacing)
+    widget = SegmentWidget(viewer)
+    viewer.window.add_dock_widget(widget, name="Segment nuclei")
+    low = MIN_RADIUS_PIXELS * sample.spacing[0]
+    assert widget.radius.min == pytest.approx(low)
+    rounding = 0.5 * 10.0 ** -widget.radius.native.decimals()
+    estimate = low - 0.6 * rounding  # shown as the minimum, but below what segment_nuclei takes
+    monkeypatch.setattr(ivote.detect, "estimate_radius", lambda image, **kwargs: estimate)
+    _estimated(qtbot, widget)
+    assert widget.radius.value == pytest.approx(low) and "set to it" in widget.status.value
+
+    errors = []
+    monkeypatch.setattr(_runner, "show_error", errors.append)
+    widget.iterations.value = 2
+    widget.run()
+    _settled(qtbot, widget)
+    assert not errors, errors
+    labels = viewer.layers["labels: cells"]
+    assert labels.metadata == {"radius": widget.radius.value, "radius_estimate": estimate, "radius_estimated": False}
+    assert np.asarray(labels.data).max() >= 1
+
+
+def test_typed_iterations_and_radius_stay_in_the_range_the_core_takes(make_napari_viewer):
+    from ivote import segment_nuclei
+    from ivote.napari._segment_widget import SegmentWidget
+
+    sample = synthetic_nuclei((64, 64), spacing=(0.5, 0.5), radius=3.0, noise=0.05, seed=2)
+    viewer = make_napari_viewer()
+    viewer.add_image(sample.image, name="cells", scale=sample.spacing, units=("um", "um"))
+    widget = SegmentWidget(viewer)
+    for typed in (0, -5):
+        widget.iterations.native.setValue(typed)  # what typing does
+        assert widget.iterations.value >= 1
+    widget.radius.native.setValue(0.01)
+    segment_nuclei(sample.image, sample.centers[:2], radius=widget.radius.value, spacing=sample.spacing,
+                   iterations=widget.iterations.value)  # the core takes what the box holds
+
+
 # -- rough edges of the other docks ------------------------------------------------------------------------------------
 def test_segment_takes_a_detection_radius_beyond_its_usual_range_and_reads_he_in_the_worker(
         make_napari_viewer, qtbot, monkeypatch):
