@@ -104,3 +104,26 @@ def test_bad_translate_names_the_parameter(tmp_path, labels_3d):
     with pytest.raises(ValueError, match="translate .* needs spacing"):
         write_image(tmp_path / "x.ome.zarr", labels_3d, axes="ZYX", translate=(1.0, 2.0, 0.0))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_segment_and_components_commands_keep_the_inputs_origin(tmp_path, chunked):
+    from ivote.cli import main
+    from ivote.io import write_points_csv
+
+    sample = synthetic_nuclei((48, 48), radius=3.0, spacing=(0.5, 0.5), seed=6)
+    image, origin = tmp_path / "cells.ome.tif", (12.5, -30.0)
+    write_image(image, sample.image.astype(np.float32), axes="YX", spacing=(0.5, 0.5), translate=origin)
+    write_points_csv(tmp_path / "seeds.csv", sample.centers)
+    out = tmp_path / ("labels.ome.zarr" if chunked else "labels.ome.tif")
+    engine = ["--chunks", "24", "--scheduler", "threads"] if chunked else []
+    assert main(["segment", str(image), "--points", str(tmp_path / "seeds.csv"), "--radius", "3", "--iterations",
+                 "5", "--backend", "numpy", *engine, "--out", str(out)]) == 0
+    labels = open_image(out)
+    assert labels.origin == pytest.approx(origin) and labels.spacing == pytest.approx((0.5, 0.5))
+
+    mask = tmp_path / "mask.ome.tif"
+    write_image(mask, (sample.labels > 0).astype(np.uint8), axes="YX", spacing=(0.5, 0.5), translate=origin)
+    components = tmp_path / ("components.ome.zarr" if chunked else "components.ome.tif")
+    assert main(["components", str(mask), *(["--chunks", "24"] if chunked else []), "--out", str(components)]) == 0
+    assert open_image(components).origin == pytest.approx(origin)

@@ -187,6 +187,7 @@ def _cmd_mask(args) -> int:
         raise ValueError(f"{args.edges} has axes {image.axes} (shape {image.shape}); a mask must be YX or ZYX: "
                          "name its axes with --axes or pick one channel with --channel")
     spacing = image.known_spacing()
+    origin = image.origin if spacing is not None else None  # the labels sit where the mask does
     mask = image.data
     start = time.perf_counter()
     with cli_progress(args.quiet) as progress, engine(args):
@@ -203,14 +204,15 @@ def _cmd_mask(args) -> int:
                 with progress.step("labelling block by block"):
                     result = label_chunked(mask, chunks=chunks, connectivity=args.connectivity, out=target)
                 with progress.step("writing the labels"):
-                    write_image(out, da.from_zarr(target), axes=image.axes, spacing=spacing, name="labels")
+                    write_image(out, da.from_zarr(target), axes=image.axes, spacing=spacing, translate=origin,
+                                name="labels")
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         else:
             with progress.step("labelling block by block"):
                 result = label_chunked(mask, chunks=chunks, connectivity=args.connectivity, scheduler="threads")
             with progress.step("writing the labels"):
-                write_image(out, result.labels, axes=image.axes, spacing=spacing, name="labels")
+                write_image(out, result.labels, axes=image.axes, spacing=spacing, translate=origin, name="labels")
     print(f"{result.count:,} components in {'x'.join(map(str, image.shape))} voxels, blocks of "
           f"{'x'.join(map(str, result.chunks))}, {result.n_seam_edges:,} seam edges, "
           f"{time.perf_counter() - start:.2f} s -> {out}")

@@ -84,7 +84,7 @@ def _cmd_segment_chunked(args) -> int:
 
             with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
                 written = write_image(out, da.from_zarr(result.labels), axes=image.axes, spacing=spacing,
-                                      name="labels")
+                                      translate=image.origin if spacing is not None else None, name="labels")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"{result.count} nuclei from {len(points)} seeds in {time.perf_counter() - start:.2f} s, blocks of "
@@ -155,7 +155,8 @@ def _cmd_segment(args) -> int:
             axes = spatial
         seconds = time.perf_counter() - start
         with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
-            out = write_image(out, np.asarray(labels).astype(np.int32), axes=axes, spacing=spacing, name="labels")
+            out = write_image(out, np.asarray(labels).astype(np.int32), axes=axes, spacing=spacing,
+                              translate=found.origin if spacing is not None else None, name="labels")
         if report is None:
             n_objects = sum(len(np.unique(frame)) - 1 for frame in labels)
             report = f"{n_objects} nuclei from {len(points)} seeds"
