@@ -655,18 +655,21 @@ def scale_for_layer(path, ndim: int) -> tuple | None:
 def adopt_file_scale(layer) -> tuple | None:
     """Give a napari image layer opened without pixel sizes (scale all 1, e.g. by napari's own
     TIFF reader) the pixel sizes of the file it came from (``layer.source.path``), in
-    micrometres, so that radii and every output are physical. Returns the scale set, or None
-    (the layer has a scale already, no file, or the file gives none). Duck-typed: no napari
-    import."""
+    micrometres, so that radii and every output are physical, and its position (``ImageFile.origin``)
+    as the translate when the layer has none. Returns the scale set, or None (the layer has a scale
+    already, no file, or the file gives none). Duck-typed: no napari import."""
     path = getattr(getattr(layer, "source", None), "path", None)
     if not path or not np.allclose(np.asarray(layer.scale, float), 1.0):
         return None
     scale = scale_for_layer(path, layer.ndim)
     if scale is None:
         return None
-    n_spatial = len(open_image(path).spatial_axes)  # the leading axis, if any, is time
+    image = open_image(path)
+    n_spatial = len(image.spatial_axes)  # the leading axis, if any, is time
     layer.scale = scale
     layer.units = tuple(layer.units)[: layer.ndim - n_spatial] + ("µm",) * n_spatial
+    if image.origin is not None and not np.any(np.asarray(layer.translate, float)):
+        layer.translate = tuple(layer.translate)[: layer.ndim - n_spatial] + tuple(image.origin)
     return tuple(scale)
 
 

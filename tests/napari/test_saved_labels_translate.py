@@ -34,3 +34,20 @@ def test_saved_labels_reopen_at_their_scale_and_translate(make_napari_viewer, tm
     centre = np.array(np.nonzero(labels.data == 1)).mean(axis=1)
     world = labels.data_to_world(centre)
     assert reopened.get_value(world, world=True) == 1
+
+
+def test_an_image_opened_without_its_position_takes_the_files_in_detect(make_napari_viewer, tmp_path):
+    """napari's own TIFF reader gives neither pixel sizes nor position; the Detect dock gives the layer both."""
+    from ivote import write_image
+    from ivote.napari._detect_widget import DetectWidget
+
+    sample = synthetic_nuclei((48, 40), spacing=(0.5, 0.5), radius=3.0, seed=4)
+    path = tmp_path / "cells.ome.tif"
+    write_image(path, sample.image.astype(np.float32), axes="YX", spacing=(0.5, 0.5), translate=(4.25, 100.0))
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(path), plugin="napari")
+    assert tuple(layer.scale) == (1.0, 1.0) and tuple(layer.translate) == (0.0, 0.0)  # napari's reader
+    widget = DetectWidget(viewer)
+    widget.live.value = False
+    assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
+    assert tuple(layer.translate) == pytest.approx((4.25, 100.0))
