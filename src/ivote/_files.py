@@ -830,15 +830,15 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
 def _plane_positions(shape, axes: str, spacing, translate) -> dict:
     """OME Plane positions for tifffile, one per plane in stored (C) order: the first pixel's
     x and y, and each plane's own z (the origin plus its index times the z spacing)."""
-    origin = dict(zip("".join(a for a in axes if a in "ZYX"), translate))
-    step_z = dict(zip("".join(a for a in axes if a in "ZYX"), spacing or ())).get("Z", 1.0)
-    leading = [(a, n) for a, n in zip(axes, shape) if a not in "YX"]
-    planes = np.ndindex(*[n for _, n in leading])
-    z_index = [a for a, _ in leading].index("Z") if "Z" in axes else None
-    z = [origin.get("Z", 0.0) + step_z * (0 if z_index is None else index[z_index]) for index in planes]
-    plane = {"PositionZ": z} if "Z" in origin else {}
-    plane.update({f"Position{a}": [origin[a]] * len(z) for a in "YX"})
-    plane.update({f"Position{a}Unit": [_ome_unit()] * len(z) for a in "ZYX" if f"Position{a}" in plane})
+    spatial = "".join(a for a in axes if a in "ZYX")
+    origin, step = dict(zip(spatial, translate)), dict(zip(spatial, spacing))
+    leading = "".join(a for a in axes if a not in "YX")
+    n_planes = math.prod(n for a, n in zip(axes, shape) if a not in "YX")
+    plane = {f"Position{a}": [origin[a]] * n_planes for a in "YX"}
+    if "Z" in origin:
+        planes = np.ndindex(*[n for a, n in zip(axes, shape) if a not in "YX"])
+        plane["PositionZ"] = [origin["Z"] + step["Z"] * index[leading.index("Z")] for index in planes]
+    plane.update({f"Position{a}Unit": [_ome_unit()] * n_planes for a in "ZYX" if f"Position{a}" in plane})
     return plane
 
 
