@@ -103,7 +103,7 @@ def test_ring_flags_are_the_float32_cone_test(radius, spacing):
     for d, b in zip(directions, direction_bins(directions, cells, ndim)):
         c = K + b
         az, ay, ax, norm = (np.zeros(1, np.float32) for _ in range(4))
-        _numba._own_directions(0, 1, np.zeros(1, np.int64), d[None], ndim, az, ay, ax, norm)
+        _numba._own_directions(0, 1, np.zeros((1, 4), np.uint32), d[None], ndim, az, ay, ax, norm)
         flags = np.zeros((1, widest_ring + 1), dtype=bool)
         _numba._ring_flags(1, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
         items = np.arange(starts[c], starts[c + 1])
@@ -117,8 +117,8 @@ def test_ring_flags_are_the_float32_cone_test(radius, spacing):
 
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
-    (a stable counting sort), with their frame index and weight carried along, and each slab's
-    largest group and largest group of a fine bin (the vote's and turn's scratch sizes)."""
+    (a stable counting sort), each a record of its frame index, weight, index and class, and each
+    slab's largest group and largest group of a fine bin (the vote's and turn's scratch sizes)."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
@@ -126,19 +126,20 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     cls = rng.integers(0, n_classes, n).astype(np.int32)
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 1000, n).astype(np.uint32)
-    perm, gff, gw, gcls = np.empty(n, np.int32), np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.int32)
+    grouped = np.empty((n, 4), np.uint32)
     n_offsets = 4  # classes 4..6 are fine bins
     widths = np.full((len(slab_starts) - 1, 2), -1, dtype=np.int64)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, perm, gff, gw, gcls,
-                    n_offsets, widths)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, n_offsets,
+                    widths)
+    perm = grouped[:, _numba._VOTER]
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         expected = a + np.argsort(cls[a:b], kind="stable")
         np.testing.assert_array_equal(perm[a:b], expected)
         sizes = np.bincount(cls[a:b], minlength=n_classes)
         assert list(widths[slab]) == [sizes.max(), sizes[n_offsets:].max()]
-    np.testing.assert_array_equal(gcls, cls[perm])
-    np.testing.assert_array_equal(gff, frame_flat[perm].astype(np.uint64))
-    np.testing.assert_array_equal(gw, weights[perm])
+    np.testing.assert_array_equal(grouped[:, _numba._CLASS], cls[perm])
+    np.testing.assert_array_equal(grouped[:, _numba._FRAME], frame_flat[perm])
+    np.testing.assert_array_equal(grouped[:, _numba._WEIGHT], weights[perm])
 
 
 @pytest.mark.parametrize("shape, half_width", [
