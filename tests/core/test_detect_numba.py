@@ -85,9 +85,10 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
 
 
 @pytest.mark.parametrize("radius, spacing", [(12.0, (1.0, 1.0)), (4.0, (2.0, 0.5, 0.5))])
-def test_ring_flags_are_the_float32_cone_test(radius, spacing):
-    """``_numba._ring_flags``: the flag of each ring offset of a voter's fine bin (first
-    pass) is the kernels' float32 cone test of that offset (2D through the 3D sum)."""
+def test_ring_masks_are_the_float32_cone_test(radius, spacing):
+    """``_numba._ring_masks``: for the voters of a group of one fine bin (first pass), the
+    mask of each ring offset of the bin and voter is all ones where the kernels' float32
+    cone test holds, else 0, row by row of offsets (2D through the 3D sum)."""
     from ivote.detect import _run_tables
     from ivote.detect._cone_tables import direction_bins
 
@@ -95,24 +96,35 @@ def test_ring_flags_are_the_float32_cone_test(radius, spacing):
     plan = make_plan(radius, spacing, ndim)
     tables = _numba._entries(radius, spacing, ndim, (60,) * ndim)[0]
     cells, starts, item_k = tables[0], tables[1], tables[7]
-    ring, slot, ring_starts, widest_ring = tables[9:13]
+    ring, slot, ring_starts = tables[9:12]
     K = len(plan.offsets)
-    directions = np.random.default_rng(5).integers(-32767, 32768, size=(400, ndim)).astype(np.int16)
-    directions = directions[np.abs(directions).max(axis=1) > 1000]
+    rng = np.random.default_rng(5)
+    centres = rng.integers(-32767, 32768, size=(150, ndim))
+    centres = centres[np.abs(centres).max(axis=1) > 3000]
+    # groups of several voters per bin: each direction and two others close to it
+    directions = np.concatenate([centres, centres + 40, centres - 40]).clip(-32767, 32767).astype(np.int16)
+    bins = direction_bins(directions, cells, ndim)
     checked = 0
-    for d, b in zip(directions, direction_bins(directions, cells, ndim)):
+    groups = 0
+    for b in np.unique(bins):
+        members = directions[bins == b]
+        m = len(members)
+        groups += m > 1
         c = K + b
-        az, ay, ax, norm = (np.zeros(1, np.float32) for _ in range(4))
-        _numba._own_directions(0, 1, np.zeros((1, 4), np.uint32), d[None], ndim, az, ay, ax, norm)
-        flags = np.zeros((1, widest_ring + 1), dtype=bool)
-        _numba._ring_flags(1, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
+        grouped = np.zeros((m, 4), np.uint32)
+        grouped[:, _numba._VOTER] = np.arange(m)
+        az, ay, ax, norm = (np.zeros(m, np.float32) for _ in range(4))
+        _numba._own_directions(0, m, grouped, members, ndim, az, ay, ax, norm)
+        n_ring = ring_starts[c + 1] - ring_starts[c]
+        masks = np.full((n_ring + 1) * m, 7, np.uint32)
+        _numba._ring_masks(m, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
         items = np.arange(starts[c], starts[c + 1])
         tested = items[slot[items] > 0]
-        hits = _run_tables._float32_hits(plan, d[None], item_k[tested], plan.cos_half32[0])[0]
-        assert flags[0, 0]
-        np.testing.assert_array_equal(flags[0, slot[tested]], hits)
-        checked += len(tested)
-    assert checked > 100
+        hits = _run_tables._float32_hits(plan, members, item_k[tested], plan.cos_half32[0])
+        expected = np.where(hits.T, np.uint32(0xFFFFFFFF), np.uint32(0))
+        np.testing.assert_array_equal(masks.reshape(n_ring + 1, m)[slot[tested]], expected)
+        checked += hits.size
+    assert checked > 300 and groups > 20
 
 
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():

@@ -320,19 +320,21 @@ def _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm):
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _ring_flags(m, first, last, ring, az, ay, ax, norm, flags):
-    """``flags[j, 1 + r]``: ring offset ``first + r`` of a fine bin (``ring``: rows z, y, x
-    of its physical offset and its limit cos_half * |o|) in the cone of the group's voter j
-    (dot(o, a) >= (cos_half * |o|) * |a| in float32, ``_reference._in_cone``; a loop over
-    the bin's ring that the compiler vectorises);
-    ``flags[j, 0]``: True (the runs)."""
+def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks):
+    """``masks[r * m + j]``, r = 1 + ring offset ``first + r - 1`` of a fine bin (``ring``: rows
+    z, y, x of its physical offset and its limit cos_half * |o|): all ones where that offset is
+    in the cone of the group's voter j (dot(o, a) >= (cos_half * |o|) * |a| in float32,
+    ``_reference._in_cone``), else 0; offset by offset, a loop over the group's voters that the
+    compiler vectorises. The marks and reads of one ring offset read the group's masks in a
+    row (measured: the first vote of 96^3 a third sooner than with a row of bool flags per
+    voter read down a column)."""
     rz, ry, rx, rl = ring[0], ring[1], ring[2], ring[3]
-    for j in range(m):
-        a, b, c, n = az[j], ay[j], ax[j], norm[j]
-        row = flags[j]
-        row[0] = True
-        for r in range(first, last):  # 2D: rz = az = 0 and 0 * 0 + y = y exactly, the 2D sum
-            row[1 + r - first] = (rz[r] * a + ry[r] * b) + rx[r] * c >= rl[r] * n
+    full, none = np.uint32(0xFFFFFFFF), np.uint32(0)
+    for r in range(first, last):
+        a, b, c, n = rz[r], ry[r], rx[r], rl[r]
+        row = (1 + r - first) * m
+        for j in range(m):  # 2D: rz = az = 0 and 0 * 0 + y = y exactly, the 2D sum
+            masks[row + j] = full if (a * az[j] + b * ay[j]) + c * ax[j] >= n * norm[j] else none
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
@@ -347,9 +349,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
     number of offsets K is offset direction k, whose cone is a fixed list of
     runs, so the loop runs item by item over the group's voters (no branch on
     the voter, no test); a class K + b is fine bin b of a voter's own direction,
-    whose ring offsets are tested first, voter by voter (``_ring_flags``), then
-    a ring offset is marked with the weight or 0 by its flag (no branch on the
-    voter).
+    whose ring offsets are tested first (``_ring_masks``), then a ring offset
+    is marked with the weight or 0 by its mask (no branch on the voter).
     """
     n_offsets = len(limits)
     widest = 0  # the largest fine-bin group: the ring tests' scratch (a slab can hold millions of voters)
@@ -357,7 +358,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
         widest = _max(widest, widths[colour_slabs[slab_index], 1])
     az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
     ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
-    flags = np.empty((widest, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
+    masks = _empty(widest * (widest_ring + 1), np.uint32)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
@@ -367,7 +368,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
             e = _group_end(grouped, v, b)
             if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its flag
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
+                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             for item in range(starts[c], starts[c + 1]):
                 s = step[item]
                 f = end[item]
@@ -379,8 +380,9 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
                         marks[t + s] += w
                         marks[t + f] -= w
                 else:
+                    row = flag * (e - v) - v
                     for i in range(v, e):
-                        w = np.uint32(grouped[i, _WEIGHT]) if flags[i - v, flag] else np.uint32(0)
+                        w = np.uint32(grouped[i, _WEIGHT]) & masks[row + i]
                         t = np.uint64(grouped[i, _FRAME])
                         marks[t + s] += w
                         marks[t + f] -= w
@@ -402,7 +404,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
     (vote, -item) as one 64-bit key (no branch on the voter; a ring offset's
-    vote, or 0, by its flag from ``_ring_flags``); the first offset of the best run holding
+    vote, or 0, by its mask from ``_ring_masks``); the first offset of the best run holding
     that vote is then found in the field.
     """
     n_offsets = len(limits)
@@ -414,7 +416,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
     keys = _empty(widest, np.uint64)
     az, ay = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
     ax, norm = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
-    flags = np.empty((widest_own, widest_ring + 1), dtype=np.bool_)  # row j: voter j of a group (2D: 1D indexing measured 7% slower)
+    masks = _empty(widest_own * (widest_ring + 1), np.uint32)
     high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
@@ -426,7 +428,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
             own = c >= n_offsets
             if own:
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_flags(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, flags)
+                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             for i in range(e - v):
                 keys[i] = 0
             for item in range(starts[c], last_item):
@@ -435,11 +437,11 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
                 rank = np.uint64(last_item - item)  # the first item wins a tie
                 if own and slot[item] > 0:  # a ring offset's vote counts inside the cone only
                     flag = slot[item]
+                    row = flag * (e - v) - v
                     for i in range(v, e):
-                        j = i - v
                         t = np.uint64(grouped[i, _FRAME])
-                        top = np.uint64(_max(flat[t + r0], flat[t + r1])) if flags[j, flag] else np.uint64(0)
-                        keys[j] = _max(keys[j], (top << high) | rank)
+                        top = np.uint64(_max(flat[t + r0], flat[t + r1]) & masks[row + i])
+                        keys[i - v] = _max(keys[i - v], (top << high) | rank)
                 else:
                     for i in range(v, e):
                         t = np.uint64(grouped[i, _FRAME])
@@ -540,7 +542,7 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
         step = steps_all[item_k]
         reads = item_level * size + step  # the run's largest vote: max(tops[first], tops[last]) of the flat table
         last = reads + np.maximum(item_len - (1 << item_level), 0)
-        # the fine bins' ring offsets, bin by bin (``_ring_flags``), and each item's flag: 0 for a run
+        # the fine bins' ring offsets, bin by bin (``_ring_masks``), and each item's flag: 0 for a run
         tested = item_len == 0
         item_class = np.repeat(np.arange(len(item_starts) - 1), np.diff(item_starts))
         ring_starts = np.zeros(len(item_starts), dtype=np.int64)
