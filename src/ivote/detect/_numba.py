@@ -440,7 +440,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
                     row = flag * (e - v) - v
                     for i in range(v, e):
                         t = np.uint64(grouped[i, _FRAME])
-                        top = np.uint64(_max(flat[t + r0], flat[t + r1]) & masks[row + i])
+                        top = np.uint64(flat[t + r0] & masks[row + i])  # one pixel: r1 is r0
                         keys[i - v] = _max(keys[i - v], (top << high) | rank)
                 else:
                     for i in range(v, e):
