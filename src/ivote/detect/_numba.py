@@ -340,7 +340,7 @@ def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks):
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, directions, ndim,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring):
+          widest_ring, tie):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
     Each voter adds its weight to every pixel of its cone, as the marks of a
@@ -366,33 +366,34 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
         while v < b:
             c = grouped[v, _CLASS]
             e = _group_end(grouped, v, b)
-            if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its flag
+            if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its mask
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
                 _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
-            for item in range(starts[c], starts[c + 1]):
+            first_ring = starts[c + 1] - (ring_starts[c + 1] - ring_starts[c])  # the runs, then the ring
+            for item in range(starts[c], first_ring):
                 s = step[item]
                 f = end[item]
-                flag = slot[item]  # 0: a run (every item of an offset direction)
-                if flag == 0:
-                    for i in range(v, e):
-                        w = np.uint32(grouped[i, _WEIGHT])
-                        t = np.uint64(grouped[i, _FRAME])
-                        marks[t + s] += w
-                        marks[t + f] -= w
-                else:
-                    row = flag * (e - v) - v
-                    for i in range(v, e):
-                        w = np.uint32(grouped[i, _WEIGHT]) & masks[row + i]
-                        t = np.uint64(grouped[i, _FRAME])
-                        marks[t + s] += w
-                        marks[t + f] -= w
+                for i in range(v, e):
+                    w = np.uint32(grouped[i, _WEIGHT])
+                    t = np.uint64(grouped[i, _FRAME])
+                    marks[t + s] += w
+                    marks[t + f] -= w
+            for item in range(first_ring, starts[c + 1]):
+                s = step[item]
+                f = end[item]
+                row = slot[item] * (e - v) - v
+                for i in range(v, e):
+                    w = np.uint32(grouped[i, _WEIGHT]) & masks[row + i]
+                    t = np.uint64(grouped[i, _FRAME])
+                    marks[t + s] += w
+                    marks[t + f] -= w
             v = e
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, directions, ndim, next_cells,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring):
+          widest_ring, tie):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``limits``) in the field (the first level of the flat sparse table
@@ -403,7 +404,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
-    (vote, -item) as one 64-bit key (no branch on the voter; a ring offset's
+    (vote, lexicographic rank of the item) as one 64-bit key (no branch on the voter; a ring offset's
     vote, or 0, by its mask from ``_ring_masks``); the first offset of the best run holding
     that vote is then found in the field.
     """
@@ -431,28 +432,29 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
                 _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             for i in range(e - v):
                 keys[i] = 0
-            for item in range(starts[c], last_item):
+            first_ring = last_item - (ring_starts[c + 1] - ring_starts[c])  # the runs, then the ring
+            for item in range(starts[c], first_ring):
                 r0 = first_read[item]
                 r1 = last_read[item]
-                rank = np.uint64(last_item - item)  # the first item wins a tie
-                if own and slot[item] > 0:  # a ring offset's vote counts inside the cone only
-                    flag = slot[item]
-                    row = flag * (e - v) - v
-                    for i in range(v, e):
-                        t = np.uint64(grouped[i, _FRAME])
-                        top = np.uint64(flat[t + r0] & masks[row + i])  # one pixel: r1 is r0
-                        keys[i - v] = _max(keys[i - v], (top << high) | rank)
-                else:
-                    for i in range(v, e):
-                        t = np.uint64(grouped[i, _FRAME])
-                        key = (np.uint64(_max(flat[t + r0], flat[t + r1])) << high) | rank
-                        keys[i - v] = _max(keys[i - v], key)
+                rank = tie[item]  # the first item in lexicographic order wins a tie
+                for i in range(v, e):
+                    t = np.uint64(grouped[i, _FRAME])
+                    key = (np.uint64(_max(flat[t + r0], flat[t + r1])) << high) | rank
+                    keys[i - v] = _max(keys[i - v], key)
+            for item in range(first_ring, last_item):  # a ring offset's vote counts inside the cone only
+                r0 = first_read[item]
+                rank = tie[item]
+                row = slot[item] * (e - v) - v
+                for i in range(v, e):
+                    t = np.uint64(grouped[i, _FRAME])
+                    top = np.uint64(flat[t + r0] & masks[row + i])  # one pixel: r1 is r0
+                    keys[i - v] = _max(keys[i - v], (top << high) | rank)
             for i in range(v, e):
                 key = keys[i - v]
                 best = np.uint32(key >> high)
                 voter = grouped[i, _VOTER]
                 if best > 0:
-                    item = last_item - np.int64(key & np.uint64(0xFFFFFFFF))
+                    item = starts[c] + np.int64(key & np.uint64(0xFFFF))
                     here = np.uint64(grouped[i, _FRAME]) + step[item]
                     j = 0
                     while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
@@ -512,11 +514,13 @@ def _unsigned(index):
 def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
     """Per pass: the run table in frame steps, ``(fine cells, starts, step, end,
     first read, last read, length, k)`` of classes 0..K-1 (offset directions,
-    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``), the
+    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``; a class's
+    runs first, then its ring offsets), the
     limits cos_half * |o| (K,), and the ring's tests: ``ring`` (4, R) float32
     rows z, y, x of the physical offset and its limit, the fine bins' ring
     offsets bin by bin from ``ring_starts[c]``, each item's ``slot`` (0: a run,
-    1 + r: ring offset r of its bin) and the largest ring of a bin. Steps,
+    1 + r: ring offset r of its bin), the largest ring of a bin, and each item's
+    ``tie`` (its lexicographic rank in its class, then its place). Steps,
     ends (step + length, or + 1 for a tested offset) and the two reads of a
     run's largest vote in the flat sparse table (level * frame size + step) are
     unsigned (``_unsigned``); a length of 0 is a tested offset."""
@@ -553,9 +557,19 @@ def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
         slot = np.zeros(len(item_k), dtype=np.int64)
         slot[tested] = 1 + np.arange(len(ring_k)) - ring_starts[item_class[tested]]
         widest_ring = int(np.diff(ring_starts).max(initial=0))
+        # within a class, its runs first, then its ring offsets (in ring order): no branch per item in the
+        # kernels (measured: first vote and turn of 96^3 7-8% sooner); ``tie`` keeps the lexicographic
+        # order for the turn's ties: (n - position) << 16 | new position, n the class's items
+        position = np.arange(len(item_k)) - item_starts[item_class]
+        order = np.lexsort((position, tested, item_class))
+        n_items = np.diff(item_starts)
+        if n_items.max(initial=0) >= 1 << 16:
+            raise ValueError(f"a cone of more than {(1 << 16) - 1} runs (radius {radius}): too large for the tie key")
+        tie = ((n_items[item_class] - position)[order] << 16) | position
+        step, item_len, item_k, reads, last, slot = (a[order] for a in (step, item_len, item_k, reads, last, slot))
         passes.append((cells, item_starts, _unsigned(step), _unsigned(step + np.maximum(item_len, 1)), _unsigned(reads),
                        _unsigned(last), item_len, item_k, limits_all, ring, slot, ring_starts,
-                       widest_ring))
+                       widest_ring, tie.astype(np.uint64)))
     return tuple(passes)
 
 
