@@ -78,8 +78,9 @@ class ImageFile:
     time_interval: float | None = None
     origin: tuple | None = None
     """World position of the first pixel in micrometres, one per spatial axis (a napari layer's
-    translate): from OME-TIFF Plane positions or an OME-Zarr ``translation``; None when the file
-    gives none."""
+    translate): from an OME-Zarr ``translation``, or the Plane positions of an OME-TIFF that
+    :func:`write_image` wrote (a microscope's Plane positions are stage positions and are not read:
+    :data:`ORIGIN_NAMESPACE`); None when the file gives none."""
 
     @property
     def shape(self) -> tuple:
@@ -463,12 +464,30 @@ def _ome_tiff_metadata(xml: str, index: int):
     channels = channels if isinstance(channels, list) else [channels]
     names = tuple(str(c.get("Name", f"Channel:{i}")) for i, c in enumerate(channels)) or None
     interval = pixels.get("TimeIncrement")
-    return spacing, names, None if interval is None else float(interval), _ome_plane_origin(pixels)
+    origin = _ome_plane_origin(pixels) if _marks_origin(ome, images[index] if index < len(images) else {}) else {}
+    return spacing, names, None if interval is None else float(interval), origin
+
+
+ORIGIN_NAMESPACE = "napari-ivote/origin"
+"""Namespace of the OME MapAnnotation by which :func:`write_image` says that its Plane positions are the
+first pixel's position (a layer's translate). A microscope's Plane positions are stage positions (the field's
+centre or a corner, depending on the vendor; Fiji, QuPath and bioio open such images at 0): they are not read."""
+
+
+def _marks_origin(ome: dict, image: dict) -> bool:
+    """Whether ``image`` (a parsed OME Image) refers to the MapAnnotation of :data:`ORIGIN_NAMESPACE`."""
+    def listed(item):
+        return item if isinstance(item, list) else [item]
+
+    refs = {r.get("ID") for r in listed(image.get("AnnotationRef", [])) if isinstance(r, dict)}
+    maps = listed(ome.get("StructuredAnnotations", {}).get("MapAnnotation", []))
+    return any(isinstance(m, dict) and m.get("ID") in refs and m.get("Namespace") == ORIGIN_NAMESPACE for m in maps)
 
 
 def _ome_plane_origin(pixels: dict) -> dict:
     """The position of the first plane (TheZ = TheT = TheC = 0) in micrometres, per axis whose
-    position has a length unit (OME's default unit, 'reference frame', is not one)."""
+    position has a length unit (OME's default unit, 'reference frame', is not one); read only from
+    napari-ivote's own files (:data:`ORIGIN_NAMESPACE`)."""
     planes = pixels.get("Plane", [])
     planes = planes if isinstance(planes, list) else [planes]
     first = [p for p in planes if all(int(p.get(f"The{a}", 0)) == 0 for a in "ZTC")]
@@ -758,8 +777,9 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
     ``.zarr``: OME-Zarr v0.4 with a scale ``coordinateTransformations`` and
     micrometre units on the spatial axes. A ``translate`` is kept as each
     OME-TIFF plane's ``PositionX/Y/Z`` (micrometres; ``PositionZ`` is that
-    plane's own depth) and as an OME-Zarr ``translation``; :func:`open_image`
-    reads it back as ``ImageFile.origin``.
+    plane's own depth, marked as such by a MapAnnotation of
+    :data:`ORIGIN_NAMESPACE`) and as an OME-Zarr ``translation``;
+    :func:`open_image` reads it back as ``ImageFile.origin``.
 
     Parameters
     ----------
@@ -813,6 +833,8 @@ def write_image(path: str | os.PathLike, array: ArrayLike, *, axes: str, spacing
         metadata["Channel"] = {"Name": list(channel_names)}
     if translate is not None:
         metadata["Plane"] = _plane_positions(array.shape, axes, spacing, translate)
+        metadata["MapAnnotation"] = {"Namespace": ORIGIN_NAMESPACE, "Value": {
+            "Plane Position": "the first pixel's position in micrometres (a napari layer's translate)"}}
     resolution = None
     if spacing is not None:
         resolution = (1e4 / spacing[-1], 1e4 / spacing[-2])  # pixels per centimetre, X then Y

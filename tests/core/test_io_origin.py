@@ -127,3 +127,20 @@ def test_segment_and_components_commands_keep_the_inputs_origin(tmp_path, chunke
     components = tmp_path / ("components.ome.zarr" if chunked else "components.ome.tif")
     assert main(["components", str(mask), *(["--chunks", "24"] if chunked else []), "--out", str(components)]) == 0
     assert open_image(components).origin == pytest.approx(origin)
+
+
+def test_a_microscopes_stage_positions_are_not_an_origin(tmp_path, labels_3d):
+    """Plane positions written by other software (Micro-Manager, Bio-Formats: the stage position, the field's
+    centre or a corner by vendor) do not move the image: only napari-ivote's own, marked, are read."""
+    path = tmp_path / "stage.ome.tif"
+    n = labels_3d.shape[0]
+    tifffile.imwrite(path, labels_3d, ome=True, photometric="minisblack", metadata={
+        "axes": "ZYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5, "PhysicalSizeZ": 2.0,
+        "Plane": {"PositionX": [12345.0] * n, "PositionY": [-678.0] * n, "PositionZ": [1500.0 + 2 * z for z in range(n)],
+                  "PositionXUnit": ["µm"] * n, "PositionYUnit": ["µm"] * n, "PositionZUnit": ["µm"] * n}})
+    image = open_image(path)
+    assert image.spacing == pytest.approx((2.0, 0.5, 0.5))
+    assert image.origin is None
+    ours = tmp_path / "ours.ome.tif"
+    write_image(ours, labels_3d, axes="ZYX", spacing=(2.0, 0.5, 0.5), translate=(1500.0, -678.0, 12345.0))
+    assert open_image(ours).origin == pytest.approx((1500.0, -678.0, 12345.0))
