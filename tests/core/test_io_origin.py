@@ -2,6 +2,7 @@
 pixel 0) as well as its pixel sizes: OME-TIFF Plane positions, OME-Zarr ``translation``; the
 readers give it back as ``ImageFile.origin``."""
 
+import csv
 import json
 
 import numpy as np
@@ -144,3 +145,23 @@ def test_a_microscopes_stage_positions_are_not_an_origin(tmp_path, labels_3d):
     ours = tmp_path / "ours.ome.tif"
     write_image(ours, labels_3d, axes="ZYX", spacing=(2.0, 0.5, 0.5), translate=(1500.0, -678.0, 12345.0))
     assert open_image(ours).origin == pytest.approx((1500.0, -678.0, 12345.0))
+
+
+@pytest.mark.parametrize("engine", [[], ["--chunks", "32", "--scheduler", "threads"]])
+def test_detect_command_keeps_the_inputs_origin(tmp_path, engine):
+    """The points of ``ivote detect`` sit on the image and on the labels of ``ivote segment``: its translate."""
+    from ivote.cli import main
+    from ivote.io import read_points_csv
+    from ivote.metrics import match_points
+
+    sample = synthetic_nuclei((64, 64), radius=3.0, spacing=(0.5, 0.5), seed=7)
+    image, origin = tmp_path / "cells.ome.tif", (12.5, -30.0)
+    write_image(image, sample.image.astype(np.float32), axes="YX", spacing=(0.5, 0.5), translate=origin)
+    out = tmp_path / "points.csv"
+    assert main(["detect", str(image), "--radius", "3", "--backend", "numpy", "-q", *engine, "--out", str(out)]) == 0
+    table = read_points_csv(out)
+    assert table.translate == pytest.approx(origin) and table.spacing == pytest.approx((0.5, 0.5))
+    assert match_points(table.points, sample.centers, tolerance=1.5, spacing=(0.5, 0.5)).f1 > 0.9
+    rows = list(csv.DictReader(line for line in out.read_text().splitlines() if not line.startswith("#")))
+    world = np.array([[float(r["y_um"]), float(r["x_um"])] for r in rows])
+    np.testing.assert_allclose(world, table.points * 0.5 + np.asarray(origin))

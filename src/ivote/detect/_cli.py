@@ -10,7 +10,8 @@ file as a task of the same Dask engine: one table per file and
 
 Writes one row per detected nucleus: the frame ``t`` of a time-lapse, pixel
 coordinates (``z,y,x`` or ``y,x``), ``score`` and physical coordinates
-(``z_um,...``; ``z_px,...`` when no spacing is known). The image is read by
+(``z_um,...``: ``pixel * spacing + origin``, the image's position, ``ImageFile.origin``, kept as
+``# translate``; ``z_px,...`` when no spacing is known). The image is read by
 :mod:`ivote._files` (``--axes``, ``--channel``, ``--scene``).
 ``--threshold none`` writes every local maximum, for precision-recall sweeps:
 it also turns the contrast test off unless ``--min-contrast`` is given.
@@ -132,7 +133,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
         points, times, n_maxima, where = result.points, None, len(result.candidates), ""
     seconds = time.perf_counter() - start
     out = _write_points(out, _output_format(out, settings["format"]), points, result.scores, spacing, times,
-                        first)
+                        first, found.origin)
     units = "um" if spacing is not None else "px"
     scene_note = f"scene {found.scene}: " if len(found.scenes) > 1 else ""
     threshold = f"threshold {result.threshold:.4g}" if n_maxima else "no maximum stands out"
@@ -176,7 +177,7 @@ def _detect_chunked_file(args, scene, out, settings) -> str:
                                 memory_limit=args.memory_limit, progress=task.update, **options)
     seconds = time.perf_counter() - start
     out = _write_points(out, _output_format(out, settings["format"]), result.points, result.scores, spacing, None,
-                        result)
+                        result, image.origin)
     units = "um" if spacing is not None else "px"
     voxels = "x".join(map(str, image.shape))
     return (f"{len(result.points)} nuclei (of {len(result.candidates)} maxima, threshold {result.threshold:.4g}) "
@@ -267,13 +268,15 @@ def _output_format(out, given) -> str:
     return given or ("parquet" if suffix == "parquet" else "csv")
 
 
-def _write_points(out, out_format, points, scores, spacing, times, found):
-    """Write the table, with the radius used (``found.radius``, and whether it was estimated)."""
+def _write_points(out, out_format, points, scores, spacing, times, found, origin=None):
+    """Write the table, with the radius used (``found.radius``, and whether it was estimated) and the image's
+    ``origin`` (``ImageFile.origin``, micrometres) as its translate, as the labels of ``ivote segment`` keep it."""
     from ..io import write_points_csv, write_points_parquet
 
     write = write_points_parquet if out_format == "parquet" else write_points_csv
-    return write(out, points, scores, spacing=spacing, units="um" if spacing else None, times=times,
-                 radius=found.radius, radius_estimated=found.radius_estimated)
+    return write(out, points, scores, spacing=spacing, translate=origin if spacing else None,
+                 units="um" if spacing else None, times=times, radius=found.radius,
+                 radius_estimated=found.radius_estimated)
 
 
 def register(subparsers) -> None:
