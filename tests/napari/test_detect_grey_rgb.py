@@ -52,3 +52,31 @@ def test_a_grey_image_saved_as_rgb_is_flagged_in_the_dock(make_napari_viewer, gr
         messages = _notifications_while(lambda layer=layer: setattr(widget.image, "value", layer))
         assert not [m for m in messages if "red = green = blue" in m]
         assert "red = green = blue" not in widget.status.value
+
+
+class _CountingRGB:
+    """A lazy RGB slide that counts the pixels it decodes: a tile with all its colours, as a TIFF reader does,
+    whichever colour is asked for."""
+
+    def __init__(self, shape):
+        self.shape, self.dtype, self.ndim, self.decoded = shape, np.dtype(np.uint8), len(shape), 0
+
+    def __getitem__(self, index):
+        tile = np.broadcast_to(np.uint8(7), self.shape)[index[:2]]
+        self.decoded += tile.size
+        return np.array(tile[:, :, index[2]])
+
+
+def test_a_large_lazy_rgb_layer_is_read_once_to_flag_it():
+    """Selecting a lazy slide in the dock reads it once (a grid of ~2**20 pixels of it in memory), not once per
+    colour: napari reads its plane once to draw it already."""
+    import dask.array as da
+
+    from ivote.napari._detect_logic import grey_rgb_note
+
+    source = _CountingRGB((8192, 8192, 3))
+    layer = napari.layers.Image(da.from_array(source, chunks=(1024, 1024, 3)), rgb=True, name="slide")
+    before = source.decoded
+    note = grey_rgb_note(layer)
+    assert note is not None and "red = green = blue" in note and "'slide'" in note
+    assert source.decoded - before <= source.shape[0] * source.shape[1] * 3, source.decoded - before

@@ -3,6 +3,8 @@ fixed (Ruifrok) or per-image (Macenko) stain vectors."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._backend import get_array_module, to_host
@@ -183,16 +185,24 @@ GREY_RGB_NOTE = ("is RGB with red = green = blue (a grey image saved as colour);
                  "(hematoxylin density), so the nuclei found are not the grey image's")
 
 
-def is_grey_rgb(rgb) -> bool:
+def is_grey_rgb(rgb, *, most_pixels: int | None = None) -> bool:
     """Whether an RGB(A) array (colour last; NumPy, CuPy or Dask) holds a grey image: red = green =
     blue everywhere, e.g. a fluorescence image exported as 'RGB Color' (:data:`GREY_RGB_NOTE`).
+    With ``most_pixels``, only a regular grid of at most about that many pixels is compared (a
+    colour image differs almost everywhere); a Dask array is read once, not once per colour.
 
     >>> is_grey_rgb(np.dstack([np.eye(3)] * 3)), is_grey_rgb(np.dstack([np.eye(3), np.eye(3), 1 - np.eye(3)]))
     (True, False)
     """
     if np.ndim(rgb) < 3 or np.shape(rgb)[-1] < 3:
         return False
-    red, green, blue = (to_host(rgb[..., i]) for i in range(3))
+    if most_pixels is not None:
+        if most_pixels < 1:
+            raise ValueError(f"most_pixels must be a positive integer; got {most_pixels}")
+        step = math.ceil(math.sqrt(math.prod(np.shape(rgb)[:-1]) / most_pixels))
+        rgb = rgb[..., ::step, ::step, :]
+    rgb = to_host(rgb[..., :3])
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
     return bool(np.array_equal(red, green) and np.array_equal(red, blue))
 
 

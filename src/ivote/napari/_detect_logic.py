@@ -527,12 +527,17 @@ def layer_geometry(layer) -> tuple[ImageGeometry, bool]:
     return geometry, timelapse
 
 
+_GREY_CHECK_PIXELS = 2**20
+"""Pixels of a layer compared to tell a grey image saved as RGB, on selecting it (in the GUI thread)."""
+
+
 def grey_rgb_note(layer) -> str | None:
     """What to tell the user when an RGB layer holds a grey image (:func:`ivote.detect._colour.is_grey_rgb`;
     a multiscale layer: its smallest level), else None."""
     from ..detect._colour import GREY_RGB_NOTE, is_grey_rgb
 
-    if not layer.rgb or not is_grey_rgb(layer.data[-1] if layer.multiscale else layer.data):
+    data = layer.data[-1] if layer.multiscale else layer.data
+    if not layer.rgb or not is_grey_rgb(data, most_pixels=_GREY_CHECK_PIXELS):
         return None
     return (f"{layer.name!r} {GREY_RGB_NOTE}: to detect on the grey image, split it (right-click the layer > "
             "Split RGB) and pick one of its channels")
