@@ -51,3 +51,23 @@ def test_an_image_opened_without_its_position_takes_the_files_in_detect(make_nap
     widget.live.value = False
     assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
     assert tuple(layer.translate) == pytest.approx((4.25, 100.0))
+
+
+@pytest.mark.parametrize(("unit", "um_per_unit"), [("nm", 1e-3), ("mm", 1e3), ("pixel", None)])
+def test_labels_in_another_length_unit_are_saved_in_micrometres(tmp_path, unit, um_per_unit):
+    """A layer in nm or mm keeps its pixel size and position (OME-TIFF carries micrometres); in pixels, neither."""
+    from ivote import open_image
+    from ivote.napari._io import write_labels
+
+    labels = np.zeros((16, 12), np.int32)
+    labels[4:8, 3:6] = 1
+    scale, translate = (500.0, 250.0), (1000.0, -2000.0)
+    [path] = write_labels(str(tmp_path / "labels.ome.tif"), labels,
+                          {"scale": scale, "translate": translate, "units": (unit, unit)})
+    image = open_image(path)
+    if um_per_unit is None:
+        assert image.spacing == (None, None) and image.origin is None
+    else:
+        assert image.spacing == pytest.approx(tuple(s * um_per_unit for s in scale))
+        assert image.origin == pytest.approx(tuple(t * um_per_unit for t in translate))
+    np.testing.assert_array_equal(np.asarray(image.data), labels)

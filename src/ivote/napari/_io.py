@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .._units import to_micrometres
 from ..io import read_points_csv, write_points_csv
-from ._units import is_micrometre, unit_name
+from ._units import unit_name
 
 __all__ = ["get_reader", "read_points", "write_labels", "write_points"]
 
@@ -172,8 +173,9 @@ def write_labels(path: str, data, attributes: dict) -> list[str]:
     """napari single-layer writer: a Labels layer to OME-TIFF (``.tif``) or OME-Zarr (``.zarr``), atomically.
 
     The layer's scale goes into the file as pixel sizes, and its translate as
-    the first pixel's position, when its unit is the micrometre (the unit OME
-    files carry); the file opens as a Labels layer
+    the first pixel's position, when its unit is a length (converted to the
+    micrometres that the file carries: a layer in nm or mm keeps its size; in
+    pixels, neither is written); the file opens as a Labels layer
     with napari-ivote's image reader, and as an image with any TIFF reader.
     """
     from .._files import write_image
@@ -186,11 +188,13 @@ def write_labels(path: str, data, attributes: dict) -> list[str]:
     scale = attributes.get("scale")
     units = [str(u) for u in np.atleast_1d(np.asarray(attributes.get("units") or (), dtype=object))]
     metadata_unit = str((attributes.get("metadata") or {}).get("units", ""))
-    physical = is_micrometre(units[-1] if units else metadata_unit)
+    unit = unit_name(units[-1] if units else metadata_unit)
+    um_per_unit = to_micrometres(1.0, unit) if unit else None  # None: pixels, or not a length
     spatial = len(axes.replace("T", ""))
-    spacing = tuple(float(s) for s in scale)[-spatial:] if scale is not None and physical else None
+    spacing = tuple(float(s) * um_per_unit for s in scale)[-spatial:] if scale is not None and um_per_unit else None
     translate = attributes.get("translate")
-    translate = tuple(float(t) for t in translate)[-spatial:] if translate is not None and spacing else None
+    translate = tuple(float(t) * um_per_unit for t in translate)[-spatial:] if translate is not None and spacing \
+        else None
     if translate is not None and not any(translate):
         translate = None  # the origin: nothing to record
     path = Path(path)
