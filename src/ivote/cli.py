@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # Stages with a command line, in pipeline order. Only stages that exist are listed.
@@ -184,7 +185,9 @@ def main(argv=None) -> int:
 
     logging.getLogger("tifffile").setLevel(logging.CRITICAL)  # its log lines would precede our one-line errors
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():  # a warning is one line, as our own are, not Python's file:line + source
+            warnings.showwarning = lambda message, *_, **__: print(f"{command}: warning: {message}", file=sys.stderr)
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if os.environ.get("IVOTE_DEBUG"):
             raise

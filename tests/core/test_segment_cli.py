@@ -105,3 +105,21 @@ def test_segment_radius_auto_reads_rgb_as_detect_does(sample, monkeypatch):
     assert main(["segment", str(folder / "he.tif"), "--points", str(folder / "points.csv"), "--radius", "auto",
                  "--iterations", "20", "--backend", "numpy", "--out", str(folder / "he_labels.tif")]) == 0
     assert seen == [rgb.shape]
+
+
+
+def test_napari_points_csv_is_read_with_a_one_line_warning(sample, capsys):
+    """napari's own points CSV is read; the CLI says which columns it read in one line, as its own warnings."""
+    folder, truth, centers = sample
+    rows = "".join(f"{i},{y},{x},seed\n" for i, (y, x) in enumerate(centers))
+    (folder / "napari.csv").write_text("index,axis-0,axis-1,kind\n" + rows)
+    assert main(["segment", str(folder / "image.tif"), "--points", str(folder / "napari.csv"), "--radius", "7",
+                 "--iterations", "5", "--backend", "numpy", "--out", str(folder / "labels.tif"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "ivote segment: warning: napari.csv is napari's points CSV: read columns axis-0, axis-1" in err
+    assert "UserWarning" not in err and "read_points_csv(" not in err
+    assert main(["segment", str(folder / "image.tif"), "--points", str(folder / "points.csv"), "--radius", "7",
+                 "--iterations", "5", "--backend", "numpy", "--out", str(folder / "ours.tif"), "-q"]) == 0
+    labels = tifffile.imread(folder / "labels.tif")
+    assert labels.max() == len(centers)
+    np.testing.assert_array_equal(labels, tifffile.imread(folder / "ours.tif"))  # the seeds of our own CSV
