@@ -310,7 +310,8 @@ def read_points_csv(path) -> PointsTable:
     axes = [a for a in _AXES if a in header]
     columns = axes
     numeric = range(len(header))  # our tables: every column is a number
-    if len(axes) not in (2, 3) or axes != list(_AXES[-len(axes):]):
+    napari_layout = header[:2] == ["index", "axis-0"]  # napari's, whose features may be named 'y', 'x' or 't'
+    if napari_layout or len(axes) not in (2, 3) or axes != list(_AXES[-len(axes):]):
         columns = _napari_axis_columns(path, header_line, header, raw_header)
         axes = list(_AXES[-len(columns):])
         score = "score" if "score" in header else None
@@ -340,7 +341,7 @@ def read_points_csv(path) -> PointsTable:
     if scores is not None and len(scores) and np.isnan(scores).all():
         scores = None
     times = None
-    if "t" in header:
+    if "t" in header and columns == axes:  # napari's CSV: a feature 't' is not our frame column
         times = data[:, header.index("t")]
         if (times < 0).any() or (times != np.round(times)).any():
             raise IvoteError(f"{path}: the 't' column must hold frame indices (integers >= 0)")

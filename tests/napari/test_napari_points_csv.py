@@ -65,3 +65,16 @@ def test_napari_csv_that_cannot_be_read_names_the_expected_columns(tmp_path):
     shapes = napari.layers.Shapes([np.array([[0.0, 0.0], [5.0, 5.0], [0.0, 5.0]])], shape_type="polygon")
     with pytest.raises(ValueError, match="napari's shapes CSV, not points"):
         read_points_csv(_napari_save(tmp_path, "shapes.csv", shapes))
+
+
+def test_napari_points_csv_with_features_named_like_our_columns(tmp_path):
+    """A Points layer made from a table (features 'y', 'x', 't': a centroid, a frame) is still read by its
+    axis-* columns, and 't' is a feature, not frames."""
+    points = np.array([[1.5, 2.0], [3.0, 4.25]])
+    features = {"y": [10.0, 20.0], "x": [30.0, 40.0], "t": [0.5, 7.0], "score": [0.25, 0.75]}
+    path = _napari_save(tmp_path, "table.csv", napari.layers.Points(points, features=features))
+    with pytest.warns(UserWarning, match="napari's points CSV"):
+        table = read_points_csv(path)
+    np.testing.assert_array_equal(table.points, points)
+    np.testing.assert_array_equal(table.scores, [0.25, 0.75])
+    assert table.times is None and table.columns == ("axis-0", "axis-1")
