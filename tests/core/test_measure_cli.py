@@ -92,3 +92,25 @@ def test_segment_reports_what_became_of_the_seeds(tmp_path, capsys):
     labels = tifffile.imread(out)
     n = len(np.unique(labels)) - 1
     assert line.startswith(f"{n} nuclei from {len(seeds)} seeds; ") and "1 duplicate" in line
+
+
+def test_measure_centroids_include_the_images_position(tmp_path):
+    """An image with a position (here, written with a translate): the centroids are where the points of
+    'ivote detect' and the napari dock's table put the nuclei, in the unit of the columns."""
+    from ivote import write_image
+
+    sample = synthetic_nuclei((48, 40), radius=3.0, spacing=(0.5, 0.5), seed=3)
+    origin = (12.5, -30.0)
+    write_image(tmp_path / "image.ome.tif", sample.image.astype(np.float32), axes="YX", spacing=(0.5, 0.5),
+                translate=origin)
+    tifffile.imwrite(tmp_path / "labels.tif", sample.labels.astype(np.int32))
+    for units, per_um in (("um", 1.0), ("nm", 1000.0)):
+        spacing = [] if units == "um" else ["--spacing", "500", "500"]
+        out = tmp_path / f"table_{units}.csv"
+        assert main(["measure", str(tmp_path / "image.ome.tif"), "--labels", str(tmp_path / "labels.tif"),
+                     *spacing, "--units", units, "--out", str(out), "-q"]) == 0
+        _, table = read_csv(out)
+        for axis, name in enumerate("yx"):
+            pixel = [np.nonzero(sample.labels == label)[axis].mean() for label in table["label"].astype(int)]
+            expected = (np.array(pixel) * 0.5 + origin[axis]) * per_um
+            np.testing.assert_allclose(table[f"centroid_{name}_{units}"], expected, rtol=1e-9)

@@ -3,7 +3,9 @@
 One row per nucleus of the label image: centroid, area or volume, equivalent diameter, axis
 lengths, solidity, mean and integrated intensity of IMAGE, and the detection score of the
 point inside it when ``--points`` is given. Units are in the column names (``area_um2``,
-``volume_um3``; ``px`` without a spacing). Written atomically.
+``volume_um3``; ``px`` without a spacing). The centroids are world positions: they include the
+image's position (``ImageFile.origin``), as ``ivote detect``'s ``*_um`` columns and the napari dock's
+table do. Written atomically.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def _cmd_measure(args) -> int:
 
     from .._files import command_spacing, read_for_detection
     from .._progress import cli_progress
+    from .._units import to_micrometres
     from ..io import check_output_path, read_image, read_points_csv
     from ._measure import measure_nuclei, write_table_csv
 
@@ -39,8 +42,11 @@ def _cmd_measure(args) -> int:
         fallback = label_spacing if label_spacing is not None else (table.spacing if table else None)
         spacing = command_spacing(found, args.spacing, command="ivote measure", fallback=fallback)
         with_scores = table is not None and table.scores is not None
+        um_per_unit = to_micrometres(1.0, args.units)  # the image's position (micrometres) in the spacing's unit
+        translate = tuple(o / um_per_unit for o in found.origin) \
+            if found.origin is not None and spacing is not None and um_per_unit else None
         with progress.step("measuring nuclei"):
-            columns = measure_nuclei(labels, image, spacing=spacing, units=args.units,
+            columns = measure_nuclei(labels, image, spacing=spacing, translate=translate, units=args.units,
                                      scores=table.scores if with_scores else None,
                                      points=table.points if with_scores else None)
         with progress.step("writing the table"):
