@@ -51,6 +51,7 @@ def test_an_image_opened_without_its_position_takes_the_files_in_detect(make_nap
     widget.live.value = False
     assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
     assert tuple(layer.translate) == pytest.approx((4.25, 100.0))
+    assert widget.status.value.endswith(": 0.5, 0.5 µm, position 4.25, 100 µm")  # says so, and it stays
 
 
 @pytest.mark.parametrize(("unit", "um_per_unit"), [("nm", 1e-3), ("mm", 1e3), ("pixel", None)])

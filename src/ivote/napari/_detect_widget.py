@@ -68,9 +68,12 @@ class DetectWidget(DetectForm):
         self.estimate.image_changed(layer)
         if layer is None:
             return
+        adopted = ""
         try:
             if adopt_file_scale(layer) is not None:  # opened by a reader that set no pixel size
-                self.status.show(f"pixel sizes from {layer.source.path}: {tuple(layer.scale)} µm")
+                adopted = f"pixel sizes from {layer.source.path}: {', '.join(f'{s:g}' for s in layer.scale)} µm"
+                if np.any(layer.translate):
+                    adopted += f", position {', '.join(f'{t:g}' for t in layer.translate)} µm"
             self._geometry, self._timelapse = logic.layer_geometry(layer)
         except ValueError as exc:
             self._geometry_error = str(exc)
@@ -80,7 +83,7 @@ class DetectWidget(DetectForm):
         note = logic.grey_rgb_note(layer)
         if note:  # read as H&E, as on the command line, which says so too
             show_warning(f"napari-ivote: {note}")
-        self.status.show(note or "", error=bool(note))
+        self.status.show(note or adopted, error=bool(note))  # what was taken from the file stays in view
         self._schedule_preview()
 
     def _on_layer_removed(self, event):
