@@ -123,3 +123,18 @@ def test_napari_points_csv_is_read_with_a_one_line_warning(sample, capsys):
     labels = tifffile.imread(folder / "labels.tif")
     assert labels.max() == len(centers)
     np.testing.assert_array_equal(labels, tifffile.imread(folder / "ours.tif"))  # the seeds of our own CSV
+
+
+def test_napari_points_csv_of_a_time_lapse_says_what_to_do(tmp_path, capsys):
+    from ivote import write_image
+
+    frames = [synthetic_nuclei((48, 48), radius=3.0, spacing=(0.5, 0.5), seed=s) for s in (1, 2)]
+    write_image(tmp_path / "movie.ome.tif", np.stack([f.image for f in frames]).astype(np.float32), axes="TYX",
+                spacing=(0.5, 0.5))
+    rows = "".join(f"{i},{t},{y},{x}\n" for t, f in enumerate(frames) for i, (y, x) in enumerate(f.centers))
+    (tmp_path / "napari.csv").write_text("index,axis-0,axis-1,axis-2\n" + rows)
+    assert main(["segment", str(tmp_path / "movie.ome.tif"), "--points", str(tmp_path / "napari.csv"), "--radius",
+                 "1.5", "--out", str(tmp_path / "labels.tif"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "3D points but the image is 2D (TYX)" in err and "axis-0 is the frame" in err and "'t' column" in err
+    assert not (tmp_path / "labels.tif").exists()

@@ -127,7 +127,10 @@ def _cmd_segment(args) -> int:
         if points.size == 0:
             points = np.zeros((0, ndim))
         if points.ndim != 2 or points.shape[1] != ndim:
-            raise ValueError(f"--points holds {points.shape[-1]}D points but the image is {ndim}D ({found.axes})")
+            napari_frames = table.columns[:1] == ("axis-0",) and "T" in found.axes and points.shape[-1] == ndim + 1
+            raise ValueError(f"--points holds {points.shape[-1]}D points but the image is {ndim}D ({found.axes})" + (
+                ": napari's points CSV does not say that its axis-0 is the frame; save the points with napari-ivote's "
+                "writer (File > Save, 'IVote nuclei points CSV'), which writes a 't' column" if napari_frames else ""))
         first = raw[0] if "T" in found.axes else raw  # a time-lapse: one radius, the first frame's
         radius = _auto_radius(args, np.asarray(first.compute() if hasattr(first, "compute") else first), spacing,
                               args.polarity)
