@@ -137,7 +137,8 @@ def test_a_microscopes_stage_positions_are_not_an_origin(tmp_path, labels_3d):
     n = labels_3d.shape[0]
     tifffile.imwrite(path, labels_3d, ome=True, photometric="minisblack", metadata={
         "axes": "ZYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5, "PhysicalSizeZ": 2.0,
-        "Plane": {"PositionX": [12345.0] * n, "PositionY": [-678.0] * n, "PositionZ": [1500.0 + 2 * z for z in range(n)],
+        "Plane": {"PositionX": [12345.0] * n, "PositionY": [-678.0] * n,
+                  "PositionZ": [1500.0 + 2 * z for z in range(n)],
                   "PositionXUnit": ["µm"] * n, "PositionYUnit": ["µm"] * n, "PositionZUnit": ["µm"] * n}})
     image = open_image(path)
     assert image.spacing == pytest.approx((2.0, 0.5, 0.5))
