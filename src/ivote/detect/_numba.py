@@ -473,10 +473,10 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
             e = _group_end(grouped, v, b)
             last_item = starts[c + 1]
             own = c >= n_offsets
-            block = bits_start[slab] + (v - first_own) * words if kept else 0  # an int64 (a literal 0: a 2nd compile)
+            block = bits_start[slab] + (v - first_own) * words if kept else 0
             if own and not kept:
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks, source, block)
+                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks, source, 0)
             m = e - v
             for j in range(m):
                 keys[j] = 0
