@@ -68,11 +68,6 @@ from ._run_tables import discrete_runs, fine_cells, fine_runs, split_runs
 _FRAME, _WEIGHT, _VOTER, _CLASS = 0, 1, 2, 3
 """Columns of a voter's record in the order of the passes (``_regroup``)."""
 
-_RING_WORDS_KEPT = 4
-"""The vote keeps each fine-bin voter's ring tests for the turn (``_ring_masks``) when they fit in
-this many uint32 words (3D radius 8: 4, 2D radius 12: 2; 16 B per voter at most, in
-``_voting.cpu_detection_memory``), else the turn makes them again (larger radii in 3D)."""
-
 _TOP_LEVELS = {2: 3, 3: 2}
 """Sparse-table levels above the vote field: a run of up to 2**(levels + 1) pixels is two
 reads (2D: 16, longer runs are cut; 3D, shorter runs and larger fields: 8)."""
@@ -270,9 +265,8 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
     flat order within a class): ``grouped[place]`` = (frame index, weight, voter,
     class) of the voter at each place (one record: a single scattered store per
     voter; measured 9 ns per voter instead of 15-19 with four arrays);
-    ``widths[slab]``: its largest group, its largest group of a fine bin (class
-    >= ``n_offsets``), which size the scratch of ``_vote`` and ``_turn``, and its
-    number of fine-bin voters (the last places of the slab: their ring bits)."""
+    ``widths[slab]``: its largest group, and largest group of a fine bin (class
+    >= ``n_offsets``), which size the scratch of ``_vote`` and ``_turn``."""
     count = _empty(n_classes + 1, np.int64)
     for c in range(n_classes + 1):
         count[c] = 0
@@ -289,7 +283,6 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
             count[c + 1] += count[c]
         widths[slab, 0] = widest
         widths[slab, 1] = widest_own
-        widths[slab, 2] = count[n_classes] - count[n_offsets]
         for v in range(a, b):
             c = cls[v]
             place = a + count[c]
@@ -327,17 +320,14 @@ def _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm):
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks, bits, block):
+def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks):
     """``masks[r * m + j]``, r = 1 + ring offset ``first + r - 1`` of a fine bin (``ring``: rows
     z, y, x of its physical offset and its limit cos_half * |o|): all ones where that offset is
     in the cone of the group's voter j (dot(o, a) >= (cos_half * |o|) * |a| in float32,
     ``_reference._in_cone``), else 0; offset by offset, a loop over the group's voters that the
-    compiler vectorises. The marks of one ring offset read the group's masks in a row (measured:
-    the first vote of 96^3 a third sooner than with a row of bool flags per voter read down a
-    column). The same tests as bits for the turn of the pass (``_ring_mask``): bit r % 32 of
-    ``bits[block + (r // 32) * m + j]`` for ring offset ``first + r`` (measured: testing again
-    in the turn, with the voters' directions, was a fifth to a quarter of the first turn; the
-    vote reading bits instead of masks, twice slower)."""
+    compiler vectorises. The marks and reads of one ring offset read the group's masks in a
+    row (measured: the first vote of 96^3 a third sooner than with a row of bool flags per
+    voter read down a column)."""
     rz, ry, rx, rl = ring[0], ring[1], ring[2], ring[3]
     full, none = np.uint32(0xFFFFFFFF), np.uint32(0)
     for r in range(first, last):
@@ -345,26 +335,12 @@ def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks, bits, block):
         row = (1 + r - first) * m
         for j in range(m):  # 2D: rz = az = 0 and 0 * 0 + y = y exactly, the 2D sum
             masks[row + j] = full if (a * az[j] + b * ay[j]) + c * ax[j] >= n * norm[j] else none
-    for i in range(block, block + ((last - first + 31) >> 5) * m):
-        bits[i] = 0
-    for r in range(last - first):  # apart: a loop storing to both arrays is not vectorised (measured 2x)
-        row = (1 + r) * m
-        word = block + (r >> 5) * m
-        bit = np.uint32(1) << np.uint32(r & 31)
-        for j in range(m):
-            bits[word + j] |= masks[row + j] & bit
-
-
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _ring_mask(bits, word, shift):
-    """All ones where the bit ``shift`` of ``bits[word]`` is set (``_ring_masks``), else 0."""
-    return np.uint32(np.uint32(0) - ((bits[word] >> shift) & np.uint32(1)))  # Numba's sum is 64-bit
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, directions, ndim,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring, tie, bits, bits_start):
+          widest_ring, tie):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
     Each voter adds its weight to every pixel of its cone, as the marks of a
@@ -374,9 +350,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
     runs, so the loop runs item by item over the group's voters (no branch on
     the voter, no test); a class K + b is fine bin b of a voter's own direction,
     whose ring offsets are tested first (``_ring_masks``), then a ring offset
-    is marked with the weight or 0 by its mask (no branch on the voter). The
-    tests are kept as bits for the turn (``bits``: a slab's fine-bin voters, its
-    last places, from ``bits_start[slab]`` words on, ``_ring_masks``).
+    is marked with the weight or 0 by its mask (no branch on the voter).
     """
     n_offsets = len(limits)
     widest = 0  # the largest fine-bin group: the ring tests' scratch (a slab can hold millions of voters)
@@ -388,21 +362,16 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
     az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
     ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
     masks = _empty(widest * (widest_ring + 1), np.uint32)
-    words = (widest_ring + 31) >> 5
-    kept = len(bits) > 0  # else the turn tests again: the group's bits in a scratch (``_RING_WORDS_KEPT``)
-    target = bits if kept else _empty(widest * words, np.uint32)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
-        first_own = b - widths[slab, 2]  # the fine-bin voters come last
         while v < b:
             c = grouped[v, _CLASS]
             e = _group_end(grouped, v, b)
             if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its mask
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks, target,
-                            bits_start[slab] + (v - first_own) * words if kept else 0)
+                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             m = e - v
             for j in range(m):
                 frames[j] = grouped[v + j, _FRAME]
@@ -431,7 +400,7 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, directions, ndim, next_cells,
           starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring, tie, bits, bits_start):
+          widest_ring, tie):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``limits``) in the field (the first level of the flat sparse table
@@ -443,40 +412,32 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
     (vote, lexicographic rank of the item) as one 64-bit key (no branch on the voter; a ring offset's
-    vote, or 0, by its bit from the vote's ``_ring_masks``); the first offset of the best run holding
+    vote, or 0, by its mask from ``_ring_masks``); the first offset of the best run holding
     that vote is then found in the field.
     """
     n_offsets = len(limits)
-    widest = 0  # the largest group (keys)
+    widest = 0  # the largest group (keys), and of fine bins (the ring tests' scratch)
+    widest_own = 0
     for slab in range(first_slab, last_slab):
         widest = _max(widest, widths[slab, 0])
+        widest_own = _max(widest_own, widths[slab, 1])
     keys = _empty(widest, np.uint64)
     frames = _empty(widest, np.uint64)  # the group's frame indices in a row (measured: 2D turns 7% sooner)
-    high = np.uint64(32)
-    words = (widest_ring + 31) >> 5
-    zero = np.float32(0.0)
-    kept = len(bits) > 0  # else the ring tests again, group by group (``_RING_WORDS_KEPT``)
-    widest_own = 0
-    if not kept:
-        for slab in range(first_slab, last_slab):
-            widest_own = _max(widest_own, widths[slab, 1])
     az, ay = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
     ax, norm = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
     masks = _empty(widest_own * (widest_ring + 1), np.uint32)
-    source = bits if kept else _empty(widest_own * words, np.uint32)
+    high = np.uint64(32)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
-        first_own = b - widths[slab, 2]  # the fine-bin voters come last
         while v < b:
             c = grouped[v, _CLASS]
             e = _group_end(grouped, v, b)
             last_item = starts[c + 1]
             own = c >= n_offsets
-            block = bits_start[slab] + (v - first_own) * words if kept else 0
-            if own and not kept:
+            if own:
                 _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks, source, 0)
+                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             m = e - v
             for j in range(m):
                 keys[j] = 0
@@ -493,12 +454,10 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
             for item in range(first_ring, last_item):  # a ring offset's vote counts inside the cone only
                 r0 = first_read[item]
                 rank = tie[item]
-                r = slot[item] - 1
-                word = block + (r >> 5) * m
-                shift = np.uint32(r & 31)
+                row = slot[item] * m
                 for j in range(m):
                     t = frames[j]
-                    top = np.uint64(flat[t + r0] & _ring_mask(source, word + j, shift))  # one pixel: r1 is r0
+                    top = np.uint64(flat[t + r0] & masks[row + j])  # one pixel: r1 is r0
                     keys[j] = _max(keys[j], (top << high) | rank)
             for i in range(v, e):
                 key = keys[i - v]
@@ -512,10 +471,8 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
                         j += 1
                     cls[voter] = item_k[item] + j
                 elif own:
-                    z = np.float32(directions[voter, 0]) if ndim == 3 else zero
-                    y = np.float32(directions[voter, ndim - 2])
-                    x = np.float32(directions[voter, ndim - 1])
-                    cls[voter] = n_offsets + _direction_bin(z, y, x, next_cells, ndim)
+                    j = i - v
+                    cls[voter] = n_offsets + _direction_bin(az[j], ay[j], ax[j], next_cells, ndim)
                 else:
                     cls[voter] = c
             v = e
@@ -733,26 +690,20 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     narrow = frame.size < 2**32 and n < 2**32  # 16-byte records: less to move in the regroup
     grouped = np.empty((n, 4), dtype=np.uint32 if narrow else np.uint64)  # _regroup: frame index, weight, voter, class
     n_slabs = len(slab_starts) - 1
-    widths = np.zeros((n_slabs, 3), dtype=np.int64)  # per slab: its largest group, of a fine bin, its fine-bin voters
+    widths = np.zeros((n_slabs, 2), dtype=np.int64)  # per slab: its largest group, and of a fine bin (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
     n_offsets = len(plan.offsets)
     for index, tables in enumerate(passes):
         cells, starts = tables[:2]
-        if index > 0:  # the turn in the last pass's field, with the last pass's cones and ring tests
+        if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, cls, directions,
-                       plan.ndim, cells, *last[1:], bits, bits_start)
+                       plan.ndim, cells, *last[1:])
         for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, grouped, n_offsets,
                    widths)
-        # the ring tests of each slab's fine-bin voters, kept from the vote for the turn (``_ring_masks``)
-        words = (tables[12] + 31) // 32 if index < plan.n_passes - 1 else 0  # no turn after the last pass
-        kept = words <= _RING_WORDS_KEPT
-        bits_start = np.zeros(n_slabs + 1, dtype=np.int64)
-        np.cumsum(widths[:, 2] * words, out=bits_start[1:])
-        bits = np.empty(int(bits_start[-1]) if kept else 0, dtype=np.uint32)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, directions, plan.ndim,
-                       *tables[1:], bits, bits_start)
+                       *tables[1:])
         final = index == plan.n_passes - 1
         for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
         if iter_callback is not None:

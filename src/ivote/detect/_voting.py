@@ -603,12 +603,10 @@ def iterative_voting(
 
 
 _MIN_AXIS_PIXELS = 3
-_CPU_MEMORY = {"numba": (112, 16 * 2**20), "numpy": (256, 128 * 2**20)}
+_CPU_MEMORY = {"numba": (96, 16 * 2**20), "numpy": (256, 128 * 2**20)}
 """Host memory of a CPU detection beyond its input: (bytes per pixel, fixed bytes). Measured with
 tracemalloc (2D 384² and 1024², 3D 40³ and 96³): Numba 66-94 B/pixel (float64 copies, blur,
-gradient, votes and their sparse table in a frame padded by the window, the voters' tables), plus
-up to 16 B per voter of the first pass's ring tests kept for its turn (``_numba._RING_WORDS_KEPT``;
-96³: 71 -> 86 B/pixel, 1024²: 59 -> 62); the
+gradient, votes and their sparse table in a frame padded by the window, the voters' tables); the
 NumPy path 240-275 B/pixel at 1024² and 96³ plus buffers of its batched votes (87-112 MiB on small
 images)."""
 
