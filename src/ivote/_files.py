@@ -571,16 +571,16 @@ def _open_zarr(path: Path, scene) -> _Raw:
     letters = "".join(str(a["name"] if isinstance(a, dict) else a)[:1].upper() for a in axes_meta)
     letters = "".join(a if a in CANONICAL else "?" for a in letters)
     dataset = ms["datasets"][0]
-    scale, shift = [1.0] * len(letters), [0.0] * len(letters)
+    scale, shift, translated = [1.0] * len(letters), [0.0] * len(letters), False
     # the dataset's transforms first, then the multiscale's (OME-NGFF): world = scale * index + shift
     for transform in dataset.get("coordinateTransformations", []) + ms.get("coordinateTransformations", []):
         if transform.get("type") == "scale":
             scale = [a * b for a, b in zip(scale, transform["scale"])]
             shift = [a * b for a, b in zip(shift, transform["scale"])]
-        elif transform.get("type") == "translation" and "translation" in transform:
-            shift = [a + float(b) for a, b in zip(shift, transform["translation"])]
-    translated = any(t.get("type") == "translation" for t in
-                     dataset.get("coordinateTransformations", []) + ms.get("coordinateTransformations", []))
+        elif transform.get("type") == "translation":
+            translated = True
+            if "translation" in transform:
+                shift = [a + float(b) for a, b in zip(shift, transform["translation"])]
     spacing, origin = {}, {}
     for letter, size, position, ax in zip(letters, scale, shift, axes_meta):
         if letter in "ZYX":
