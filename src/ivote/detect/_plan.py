@@ -89,6 +89,24 @@ def make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
     return _make_plan(float(radius), tuple(float(s) for s in spacing), int(ndim))
 
 
+def cone_angles(radius_px: float, *, narrowing: float = 2.0, first: float = math.pi / 2) -> tuple:
+    """The full cone angle phi of each pass, radians: ``first``, then each pass's
+    divided by ``narrowing``, until it is under one pixel wide at the radius
+    (phi < atan(1 / radius_px), radius_px in pixels of the finest axis).
+
+    ``_make_plan`` calls this module's ``cone_angles`` with the defaults (pi/2,
+    halving). It is the one hook of ``benchmarks/cone_schedule.py``, which replaces
+    it to measure other schedules (and then clears the detection's memoized tables,
+    which are keyed on radius, spacing and ndim only)."""
+    if not narrowing > 1:
+        raise ValueError(f"narrowing must be greater than 1; got {narrowing!r}")
+    stop = math.atan(1.0 / radius_px)
+    angles = [float(first)]
+    while angles[-1] >= stop:
+        angles.append(angles[-1] / narrowing)
+    return tuple(angles)
+
+
 @functools.lru_cache(maxsize=16)
 def _make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
     spacing32 = np.asarray(spacing, dtype=np.float32)
@@ -105,11 +123,7 @@ def _make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
     norms = np.sqrt(length_sq)
     directions = np.rint((physical / norms[:, None]) * np.float32(DIRECTION_SCALE)).astype(np.int16)
 
-    # phi halves from pi/2 until the cone is under one pixel wide (r in finest pixels)
-    stop = math.atan(1.0 / (radius / min(spacing)))
-    angles = [math.pi / 2]
-    while angles[-1] >= stop:
-        angles.append(angles[-1] / 2)
+    angles = cone_angles(radius / min(spacing))  # looked up here: benchmarks/cone_schedule.py swaps it
     cos_half = tuple(np.float32(math.cos(phi / 2)) for phi in angles)
 
     weight_scale = min(_MAX_WEIGHT, (2**32 - 1) // max(len(offsets), 1))
