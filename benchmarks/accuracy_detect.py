@@ -153,6 +153,19 @@ def oracle_match(points, scores, centers, tol, spacing, max_thresholds=100):
     return best
 
 
+def add_scores(tally, found, centers, tol, spacing) -> None:
+    """Pool one image's detections into ``tally`` (``.default``, ``.oracle``: matches or None;
+    ``.curve``: a list): the default-threshold match, the oracle-threshold match over every
+    maximum that passes the default contrast test, and those maxima for the PR curve."""
+    match = match_points(found.points, centers, tolerance=tol, spacing=spacing)
+    tally.default = match if tally.default is None else tally.default + match
+    # every local maximum that passes the default contrast test (threshold="auto" may raise the floor)
+    every = found.with_threshold(None, min_contrast=DEFAULT_MIN_CONTRAST)
+    oracle = oracle_match(every.points, every.scores, centers, tol, spacing)
+    tally.oracle = oracle if tally.oracle is None else tally.oracle + oracle
+    tally.curve.append((every.points, every.scores, centers, spacing, tol))
+
+
 def vote_features(found, radius_px):
     """Per-candidate shape of the vote field at the maximum: the mean vote of
     the 3^ndim box and of the box of half-width radius/4, relative to the peak."""
@@ -253,11 +266,7 @@ def main(argv=None) -> int:
                 tally.seconds += time.perf_counter() - t0
                 tally.n += 1
                 tally.radii.append(found.radius)
-                tally.default = tally._add(tally.default, match_points(found.points, centers, tolerance=tol, spacing=spacing))
-                # every local maximum that passes the default contrast test (threshold="auto" may raise the floor)
-                every = found.with_threshold(None, min_contrast=DEFAULT_MIN_CONTRAST)
-                tally.oracle = tally._add(tally.oracle, oracle_match(every.points, every.scores, centers, tol, spacing))
-                tally.curve.append((every.points, every.scores, centers, spacing, tol))
+                add_scores(tally, found, centers, tol, spacing)
                 if args.dump:
                     near, wide = vote_features(found, [found.radius / s for s in (spacing or (1.0,) * ndim)])
                     np.savez_compressed(Path(args.dump) / f"{folder.name}__{image_id}__{mode}.npz", candidates=found.candidates,

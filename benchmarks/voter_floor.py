@@ -218,12 +218,7 @@ def data_part(args, floors, count_floors, lines):
                     tally.n += 1
                     tally.voters += record["kept"]
                     tally.pixels += record["pixels"]
-                    match = match_points(found.points, centers, tolerance=tol, spacing=spacing)
-                    tally.default = match if tally.default is None else tally.default + match
-                    every = found.with_threshold(None, min_contrast=acc.DEFAULT_MIN_CONTRAST)
-                    oracle = acc.oracle_match(every.points, every.scores, centers, tol, spacing)
-                    tally.oracle = oracle if tally.oracle is None else tally.oracle + oracle
-                    tally.curve.append((every.points, every.scores, centers, spacing, tol))
+                    acc.add_scores(tally, found, centers, tol, spacing)
         _emit(lines, [folder.name, str(n_images)] + [f"{100 * v / max(p, 1):.1f}" for v, p in fractions.values()])
         for mode in modes:
             base = tallies[(mode, floors[0])]
