@@ -17,7 +17,8 @@ baseline), in one run:
   (``_cpu.run_passes``) for every schedule, 2D and 3D, small images (the
   evaluation below uses Numba);
 * ``synthetic``: F1 (default threshold, and oracle) on synthetic nuclei of known
-  centres, radius 4-20 pixels in 2D, 5-8 in 3D (``SYNTHETIC_CASES``);
+  centres, radius 4-20 pixels in 2D, 5-8 in 3D (``SYNTHETIC_CASES``, ``--seeds``
+  images each);
 * ``data``: every dataset of the evaluation folder with ``accuracy_detect.py``'s
   loading, per-image radius from the labels (``--mode auto``: estimated), tolerance, oracle threshold and AP:
   pooled P/R/F1 at the default threshold ('auto'), the oracle-threshold F1 and
@@ -171,21 +172,21 @@ SYNTHETIC_CASES = [  # shape, radius (physical), spacing, seed
 
 
 def synthetic_part(args, names, lines):
-    lines += ["", "## Synthetic nuclei of known centres (tolerance radius / 2)", "",
+    lines += ["", f"## Synthetic nuclei of known centres (tolerance radius / 2), {args.seeds} image(s) each, pooled", "",
               "| image | radius | " + " | ".join(f"{n}: passes, F1 (auto) / oracle" for n in names) + " |",
               "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
     print("\n".join(lines[-4:]), flush=True)
     for shape, radius, spacing, seed in SYNTHETIC_CASES:
-        sample = synthetic_nuclei(shape, radius=radius, spacing=spacing, seed=seed)
         row = ["x".join(map(str, shape)) + (f", spacing {spacing}" if spacing else ""), f"{radius:g}"]
-        for name in names:
-            use_schedule(name)
-            found = ivote.iterative_voting(sample.image, radius=radius, spacing=spacing, backend="numba")
-            tol = radius / 2
-            every = found.with_threshold(None, min_contrast=acc.DEFAULT_MIN_CONTRAST)
-            oracle = acc.oracle_match(every.points, every.scores, sample.centers, tol, spacing)
-            f1 = match_points(found.points, sample.centers, tolerance=tol, spacing=spacing).f1
-            row.append(f"{found.n_passes}, {f1:.3f} / {oracle.f1:.3f}")
+        tallies = {name: acc.Tally() for name in names}
+        for index in range(args.seeds):  # the same images for every schedule, counts pooled
+            sample = synthetic_nuclei(shape, radius=radius, spacing=spacing, seed=seed + 1000 * index)
+            for name in names:
+                use_schedule(name)
+                found = ivote.iterative_voting(sample.image, radius=radius, spacing=spacing, backend="numba")
+                acc.add_scores(tallies[name], found, sample.centers, radius / 2, spacing)
+                tallies[name].n = found.n_passes
+        row += [f"{t.n}, {t.default.f1:.3f} / {t.oracle.f1:.3f}" for t in tallies.values()]
         _emit(lines, row)
 
 
@@ -292,6 +293,7 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--mode", default="labels", help="data's radius setting (accuracy_detect.py): labels or auto")
     parser.add_argument("--max-images", type=int, default=None)
+    parser.add_argument("--seeds", type=int, default=1, help="synthetic images per case (seeds)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--side", type=int, default=128, help="3D synthetic side for the CPU time (0: no 3D)")
     parser.add_argument("--out", default=None)
