@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["VotingPlan", "make_plan", "DIRECTION_SCALE", "VOTER_FLOOR"]
+__all__ = ["VotingPlan", "make_plan", "cone_angles", "DIRECTION_SCALE", "VOTER_FLOOR"]
 
 DIRECTION_SCALE = 32767.0
 """Voter directions are stored as int16 vectors of about this length."""
