@@ -103,3 +103,61 @@ def test_offsets_beyond_the_packing_are_refused_before_any_work():
     with pytest.raises(ValueError, match="32767"):
         pack_offsets(np.array([[0, 40000]]))
     check_packable(make_plan(9.1, (1.3, 1.3), 2))  # ordinary radii pass
+
+
+def _angles(a, b):
+    """Angle (radians, float64) between the rows of two (N, ndim) direction arrays."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    cos = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return np.arccos(np.clip(cos, -1.0, 1.0))
+
+
+@pytest.mark.parametrize("ndim, radius, spacing", [(2, 12.0, (1.0, 1.0)), (2, 5.0, (1.0, 0.7)),
+                                                   (3, 8.0, (1.0, 1.0, 1.0)), (3, 5.0, (2.0, 1.0, 1.0))])
+def test_initial_directions_are_the_nearest_offset_directions(ndim, radius, spacing):
+    """The quantisation of the voters' initial directions: every direction becomes an offset
+    direction within the table's bound of it, and at most one bin's angular size (the cell
+    diagonal in the face's tangent plane, sqrt(ndim - 1) / cells) worse than the nearest offset
+    direction found by brute force; the first k of equal directions; the axes stay the axes."""
+    from ivote.detect._cone_tables import initial_directions, quantise_directions
+
+    plan = make_plan(radius, spacing, ndim)
+    table = initial_directions(plan)
+    assert table.offset_of_bin.shape == (2 * ndim * table.cells ** (ndim - 1),)
+    directions = random_directions(ndim, 3000, seed=10 + ndim)
+    ks, quantised = quantise_directions(directions, plan)
+    np.testing.assert_array_equal(quantised, plan.offset_directions[ks])
+    got = _angles(directions, quantised)
+    nearest = np.array([_angles(np.repeat(d[None], len(plan.offsets), 0), plan.offset_directions).min()
+                        for d in directions])
+    bin_size = np.sqrt(ndim - 1) / table.cells
+    assert np.all(got <= table.bound)
+    assert np.all(got <= nearest + 2 * bin_size + 1e-6)
+    assert table.bound <= nearest.max() + 2 * bin_size + 2e-3  # the bound is not loose either
+    first = {}
+    for k, d in enumerate(map(tuple, plan.offset_directions)):
+        first.setdefault(d, k)
+    assert all(first[tuple(plan.offset_directions[k])] == k for k in np.unique(table.offset_of_bin))
+    axes = np.concatenate([np.eye(ndim), -np.eye(ndim)]) * DIRECTION_SCALE
+    np.testing.assert_array_equal(quantise_directions(axes.astype(np.int16), plan)[1], axes.astype(np.int16))
+
+
+def test_reference_voters_hold_quantised_gradient_directions():
+    """``prepare_voters``: each voter's direction is the offset direction that the table gives
+    its gradient direction (computed here from ``np.gradient``), so always one of the plan's."""
+    from ivote.detect._cone_tables import quantise_directions
+
+    sample = synthetic_nuclei((64, 60), radius=6, seed=4)
+    plan = make_plan(6.0, (1.0, 1.0), 2)
+    image = (sample.image - sample.image.min()) / np.ptp(sample.image)
+    from scipy import ndimage
+
+    smoothed = ndimage.gaussian_filter(image, 2.0)
+    voters, _, directions = prepare_voters(smoothed, plan, -1.0)
+    gy, gx = np.gradient(smoothed)
+    gradient = -np.stack([gy.ravel()[voters], gx.ravel()[voters]], axis=1)
+    own = np.rint(gradient / np.linalg.norm(gradient, axis=1, keepdims=True) * DIRECTION_SCALE).astype(np.int16)
+    np.testing.assert_array_equal(directions, quantise_directions(own, plan)[1])
+    known = {tuple(d) for d in plan.offset_directions}
+    assert len(voters) > 500 and all(tuple(d) in known for d in directions)

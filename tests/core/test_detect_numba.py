@@ -47,91 +47,31 @@ def test_numba_passes_equal_the_numpy_passes(index):
 
 @pytest.mark.parametrize("radius, spacing", [(6.0, (1.0, 1.0)), (9.1, (1.3, 1.3)), (4.0, (2.0, 0.5, 0.5))])
 def test_run_tables_hold_exactly_the_cones(radius, spacing):
-    """Discrete classes: the runs are exactly the offsets passing the float32 cone
-    test (all offsets tested, not only the bin's); fine bins: every core offset
-    passes for directions of the bin, every offset passing is listed."""
+    """Every pass, the first included: the runs of class k are exactly the offsets passing
+    the float32 cone test of offset direction k (all offsets tested, not only its bin's),
+    in lexicographic order, each run consecutive offsets along one row."""
     from ivote.detect import _run_tables
-    from ivote.detect._cone_tables import direction_bins
 
     ndim = len(spacing)
     plan = make_plan(radius, spacing, ndim)
     everything = np.arange(len(plan.offsets))
-
-    def listed(starts, first, length, c):
-        ks, tested = [], []
-        for f, n in zip(first[starts[c]:starts[c + 1]], length[starts[c]:starts[c + 1]]):
-            ks.extend(range(f, f + max(n, 1)))
-            tested.extend([n == 0] * max(n, 1))
-        return np.asarray(ks, dtype=np.int64), np.asarray(tested, dtype=bool)
-
-    for p in range(1, plan.n_passes):
+    for p in range(plan.n_passes):
         starts, first, length = _run_tables.discrete_runs(radius, spacing, ndim, p)
+        assert len(starts) == len(plan.offsets) + 1 and np.all(length > 0)
         hits = _run_tables._float32_hits(plan, plan.offset_directions, everything, plan.cos_half32[p])
         for k in range(0, len(plan.offsets), 7):
-            ks, tested = listed(starts, first, length, k)
-            assert not tested.any() and np.all(np.diff(ks) > 0)
+            items = slice(starts[k], starts[k + 1])
+            ks = np.concatenate([np.arange(f, f + n) for f, n in zip(first[items], length[items])])
             np.testing.assert_array_equal(ks, np.flatnonzero(hits[k]))
-    directions = np.random.default_rng(3).integers(-32767, 32768, size=(3000, ndim)).astype(np.int16)
-    directions = directions[np.abs(directions).max(axis=1) > 1000]
-    for p in (0, plan.n_passes - 1):  # the first pass's fine map, a later pass's coarser one
-        cells = _run_tables.fine_cells(ndim, p)
-        starts, first, length = _run_tables.fine_runs(radius, spacing, ndim, p, cells)
-        hits = _run_tables._float32_hits(plan, directions, everything, plan.cos_half32[p])
-        for d, b in enumerate(direction_bins(directions, cells, ndim)):
-            ks, tested = listed(starts, first, length, b)
-            assert np.all(np.diff(ks) > 0)
-            assert hits[d, ks[~tested]].all()  # the core needs no test
-            assert not np.delete(hits[d], ks).any()  # nothing outside the list is in the cone
-
-
-@pytest.mark.parametrize("radius, spacing", [(12.0, (1.0, 1.0)), (4.0, (2.0, 0.5, 0.5))])
-def test_ring_masks_are_the_float32_cone_test(radius, spacing):
-    """``_numba._ring_masks``: for the voters of a group of one fine bin (first pass), the
-    mask of each ring offset of the bin and voter is all ones where the kernels' float32
-    cone test holds, else 0, row by row of offsets (2D through the 3D sum)."""
-    from ivote.detect import _run_tables
-    from ivote.detect._cone_tables import direction_bins
-
-    ndim = len(spacing)
-    plan = make_plan(radius, spacing, ndim)
-    tables = _numba._entries(radius, spacing, ndim, (60,) * ndim)[0]
-    cells, starts, item_k = tables[0], tables[1], tables[7]
-    ring, slot, ring_starts = tables[9:12]
-    K = len(plan.offsets)
-    rng = np.random.default_rng(5)
-    centres = rng.integers(-32767, 32768, size=(150, ndim))
-    centres = centres[np.abs(centres).max(axis=1) > 3000]
-    # groups of several voters per bin: each direction and two others close to it
-    directions = np.concatenate([centres, centres + 40, centres - 40]).clip(-32767, 32767).astype(np.int16)
-    bins = direction_bins(directions, cells, ndim)
-    checked = 0
-    groups = 0
-    for b in np.unique(bins):
-        members = directions[bins == b]
-        m = len(members)
-        groups += m > 1
-        c = K + b
-        grouped = np.zeros((m, 4), np.uint32)
-        grouped[:, _numba._VOTER] = np.arange(m)
-        az, ay, ax, norm = (np.zeros(m, np.float32) for _ in range(4))
-        _numba._own_directions(0, m, grouped, members, ndim, az, ay, ax, norm)
-        n_ring = ring_starts[c + 1] - ring_starts[c]
-        masks = np.full((n_ring + 1) * m, 7, np.uint32)
-        _numba._ring_masks(m, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
-        items = np.arange(starts[c], starts[c + 1])
-        tested = items[slot[items] > 0]
-        np.testing.assert_array_equal(tables[4][tested], tables[5][tested])  # one pixel: the turn reads it once
-        hits = _run_tables._float32_hits(plan, members, item_k[tested], plan.cos_half32[0])
-        expected = np.where(hits.T, np.uint32(0xFFFFFFFF), np.uint32(0))
-        np.testing.assert_array_equal(masks.reshape(n_ring + 1, m)[slot[tested]], expected)
-        checked += hits.size
-    assert checked > 300 and groups > 20
+            for f, n in zip(first[items], length[items]):  # a run: one row, consecutive pixels
+                run = plan.offsets[f:f + n]
+                assert np.all(run[:, :-1] == run[0, :-1]) and np.all(np.diff(run[:, -1]) == 1)
 
 
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
     (a stable counting sort), each a record of its frame index, weight, index and class, and each
-    slab's largest group and largest group of a fine bin (the vote's and turn's scratch sizes)."""
+    slab's largest group (the vote's and turn's scratch size)."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
@@ -140,16 +80,14 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 1000, n).astype(np.uint32)
     grouped = np.empty((n, 4), np.uint32)
-    n_offsets = 4  # classes 4..6 are fine bins
-    widths = np.full((len(slab_starts) - 1, 2), -1, dtype=np.int64)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, n_offsets,
-                    widths)
+    widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
     perm = grouped[:, _numba._VOTER]
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         expected = a + np.argsort(cls[a:b], kind="stable")
         np.testing.assert_array_equal(perm[a:b], expected)
         sizes = np.bincount(cls[a:b], minlength=n_classes)
-        assert list(widths[slab]) == [sizes.max(), sizes[n_offsets:].max()]
+        assert widths[slab] == sizes.max()
     np.testing.assert_array_equal(grouped[:, _numba._CLASS], cls[perm])
     np.testing.assert_array_equal(grouped[:, _numba._FRAME], frame_flat[perm])
     np.testing.assert_array_equal(grouped[:, _numba._WEIGHT], weights[perm])
@@ -371,8 +309,8 @@ def test_numba_detections_from_two_threads_at_once():
 
 @pytest.mark.parametrize("ndim", [2, 3])
 def test_direction_bin_equals_the_cone_tables_bins(ndim):
-    """``_numba._direction_bin`` (the voters' first class, a turned voter's next) against the
-    NumPy ``direction_bins``, ties between components included (the first axis wins)."""
+    """``_numba._direction_bin`` (the bin that quantises a voter's initial direction) against
+    the NumPy ``direction_bins``, ties between components included (the first axis wins)."""
     from ivote.detect._cone_tables import direction_bins
 
     rng = np.random.default_rng(12)

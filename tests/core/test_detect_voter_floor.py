@@ -55,14 +55,16 @@ def test_numba_voters_equal_the_reference_voters(shape, spacing, radius):
 
     smoothed = _smoothed(shape, spacing, radius, seed=6)
     plan = make_plan(radius, spacing, len(shape))
-    expected, weights, _ = _reference.prepare_voters(smoothed, plan, -1.0)
+    expected, weights, directions = _reference.prepare_voters(smoothed, plan, -1.0)
     frame = _numba._Frame(smoothed.shape, plan)
-    frame_flat, numba_weights, *_ = _numba.prepare_voters(smoothed, plan, -1.0, frame=frame)
+    frame_flat, numba_weights, classes, *_ = _numba.prepare_voters(smoothed, plan, -1.0, frame=frame)
     padded = np.unravel_index(frame_flat, frame.padded_shape)
     got = np.ravel_multi_index(tuple(p - w for p, w in zip(padded, frame.window)), shape)
     order = np.argsort(got)
     assert np.array_equal(got[order], expected)
     assert np.array_equal(numba_weights[order].astype(np.int64), weights)
+    # each voter's class: the offset whose direction the reference's quantised direction is
+    np.testing.assert_array_equal(plan.offset_directions[classes[order]], directions)
 
 
 def dim_nuclei_beside_a_speck(dim=0.2, speck=10.0, shape=(160, 160), radius=10.0, seed=3):

@@ -24,7 +24,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, on_free_gpu_memory, to_host
-from ._cone_tables import ConeTable, check_packable, cone_tables, pack_offsets, unpack_offsets
+from ._cone_tables import ConeTable, check_packable, cone_tables, initial_directions, pack_offsets, unpack_offsets
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions
 from ._plan import VotingPlan, _sum_in_order, make_plan
 from ._result import RawDetection
@@ -158,6 +158,22 @@ def _cone_limits(plan: VotingPlan, xp):
         xp.asarray(cone_limits(plan, table.entries, cos_half))
         for table, cos_half in zip(_cone_tables(plan, xp), plan.cos_half32)
     ), xp)
+
+
+def _initial_directions(plan: VotingPlan, xp) -> tuple:
+    """``ivote_voters``' quantisation of the initial directions on the current GPU
+    (memoized): (cells, offset of each bin (int32), offset directions (K x ndim int16));
+    cells 0 where the plan has no offsets (nothing to quantise to)."""
+    key = ("initial", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
+
+    def build():
+        table = initial_directions(plan)
+        if len(plan.offsets) == 0:
+            return np.int32(0), xp.zeros(1, dtype=np.int32), xp.zeros((1, plan.ndim), dtype=np.int16)
+        return (np.int32(table.cells), xp.asarray(np.ascontiguousarray(table.offset_of_bin, dtype=np.int32)),
+                xp.asarray(np.ascontiguousarray(plan.offset_directions, dtype=np.int16)))
+
+    return _memoized(key, build, xp)
 
 
 def _ball(plan: VotingPlan, xp):
@@ -357,10 +373,12 @@ def _normalise_and_blur(source, sigma, stats, kernels, xp, fused: bool = _FUSED_
 
 
 def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: str, xp, out=None,
-            largest_given: bool = False):
-    """Dense uint16 weights (image shape, 0: no voter) and int16 directions (size x ndim),
-    into ``out`` = (weights, directions) when given; ``largest_given``: ``largest``
-    already holds the whole image's largest gradient (a block of it)."""
+            largest_given: bool = False, initial=None):
+    """Dense uint16 weights (image shape, 0: no voter) and int16 directions (size x ndim;
+    the initial direction quantised to an offset direction), into ``out`` = (weights,
+    directions) when given; ``largest_given``: ``largest`` already holds the whole image's
+    largest gradient (a block of it); ``initial``: ``_initial_directions(plan, xp)`` when
+    already looked up (a graph's capture must not look it up)."""
     Z, Y, X = _dims(smoothed.shape)
     size = smoothed.size
     spacing64 = (1.0,) * (3 - plan.ndim) + plan.spacing
@@ -374,10 +392,11 @@ def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: st
     if out is None:
         out = (xp.empty(smoothed.shape, dtype=np.uint16), xp.empty((size, plan.ndim), dtype=np.int16))
     weights, directions = out
+    cells, offset_of_bin, offset_directions = _initial_directions(plan, xp) if initial is None else initial
     kernels["ivote_voters"](
         (min(_grid(size)[0], 1 << 16),), (_BLOCK,),
         (smoothed, *geometry, largest, np.float64(plan.weight_scale), np.uint32(plan.min_weight), np.float64(sign),
-         weights, directions),
+         cells, offset_of_bin, offset_directions, weights, directions),
     )
     return weights, directions
 
@@ -917,7 +936,7 @@ class _Graphed:
     live in the other), the voters (their weights hold the maxima flags after
     the passes), and the results (statistics, lists sized from the last
     detection, contrasts, noise residuals). It also holds the memoized tables,
-    disc offsets, bump ring, taps and noise grid it reads, looked up once before the
+    initial-direction table, disc offsets, bump ring, taps and noise grid it reads, looked up once before the
     capture, which passes them on: a lookup during the capture could return
     another object (evicted and rebuilt by another thread since), which the
     graph would read after a cache frees it, or build one there (an allocation
@@ -942,6 +961,7 @@ class _Graphed:
         # passed to it (no lookup inside)
         self.steps = _blur_steps(sigma, plan.ndim, xp)
         self.schedule, self.offsets, self.ring = _schedule(plan, "int", xp), _ball(plan, xp), _ring(plan, xp)
+        self.initial = _initial_directions(plan, xp)
         self.noise_positions = _noise_positions_on_gpu(tuple(shape), xp)
         self.stats = stats = self.results[:_N_SLOTS]
         stream = xp.cuda.Stream(non_blocking=True)
@@ -950,7 +970,7 @@ class _Graphed:
             try:
                 smoothed = _normalise_and_blur(None, sigma, stats, kernels, xp, outputs=self.work, steps=self.steps,
                                                first=1)
-                _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp, out=voters)
+                _voters(smoothed, plan, sign, stats[_LARGEST:], kernels, "int", xp, out=voters, initial=self.initial)
                 other = self.work[1] if smoothed is self.work[0] else self.work[0]
                 halves = other.view(np.uint32).reshape(-1)
                 buffers = (halves[:size].reshape(shape), halves[size:].reshape(shape))

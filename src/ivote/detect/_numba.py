@@ -11,23 +11,22 @@ passes, only the voters' set-up is compiled (``_voters``, row by row, straight
 into the passes' order); the blur and the local maxima are SciPy and NumPy on
 ranges of rows in parallel, so they add nothing to the first call's compile.
 
-Less work than the GPU's loop for the same votes (``_run_tables.py``): after
-the first turn every voter's direction is one of the plan's offset directions,
-whose cone in each pass is a fixed list of runs of pixels along rows, so no
-cone test is made at all; in the first pass, a fine map of direction bins
-leaves only a thin ring of offsets to test. A voter adds its weight to a run
-as two marks of a difference array (+w at its start, -w after its end) that a
-running sum along each row turns into the vote field; the turn reads each run's
-largest vote in two reads of a sparse table of row maxima.
+Less work than the GPU's loop for the same votes (``_run_tables.py``): every
+voter's direction is one of the plan's offset directions (the initial one is
+quantised to one, ``_cone_tables.initial_directions``, as on every backend;
+every turn gives another), whose cone in each pass is a fixed list of runs of
+pixels along rows, so no cone test is made at all. A voter adds its weight to
+a run as two marks of a difference array (+w at its start, -w after its end)
+that a running sum along each row turns into the vote field; the turn reads
+each run's largest vote in two reads of a sparse table of row maxima.
 
-Voters are handled by class: each pass, the voters of a slab are sorted by
-class (offset direction k, or the fine bin of their own direction) with a
-stable counting sort (``_regroup``), so the voters of a group walk the same
-list of runs: the vote runs run by run over the group's voters, the turn
-voter by voter over the same items, and no loop's length changes from one
-voter to the next (a short loop whose length the branch predictor cannot
-guess cost more than the marks themselves: measured 3x on the votes of the
-later passes).
+Voters are handled by class (offset direction k): each pass, the voters of a
+slab are sorted by class with a stable counting sort (``_regroup``), so the
+voters of a group walk the same list of runs: the vote runs run by run over
+the group's voters, the turn voter by voter over the same items, and no
+loop's length changes from one voter to the next (a short loop whose length
+the branch predictor cannot guess cost more than the marks themselves:
+measured 3x on the votes of the later passes).
 
 Races: a voter marks pixels within ``plan.window`` of it (one more along the
 last axis). The image is cut into slabs at least twice the window thick along
@@ -60,10 +59,11 @@ from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
-from ._plan import VotingPlan
+from ._cone_tables import initial_directions
+from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
-from ._run_tables import discrete_runs, fine_cells, fine_runs, split_runs
+from ._run_tables import discrete_runs, split_runs
 
 _FRAME, _WEIGHT, _VOTER, _CLASS = 0, 1, 2, 3
 """Columns of a voter's record in the order of the passes (``_regroup``)."""
@@ -180,17 +180,18 @@ def _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx):
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight, f, Z, Y, X, sz, sy, sx, sign,
-            frame_flat, weights, out, classes, PY, PX, wz, wy, wx, ndim, cells, n_offsets):
+            frame_flat, weights, classes, PY, PX, wz, wy, wx, ndim, cells, offset_of_bin):
     """Rows first..last (of Z * Y), row by row (no index division per pixel), in three stages.
 
     0. ``magnitude`` = |grad f| (the sum of squares in the kernels' order), ``row_max``
        each row's largest.
     1. ``row_start[r]`` = the number of voters of row r: pixels whose weight
        floor(|grad f| * scale + 0.5) is at least ``min_weight``.
-    2. The voters of row r, from ``row_start[r]`` on: frame index, uint32 weight,
-       int16 direction along (sign=+1) or against (-1) the gradient, length ~32767,
-       and the first pass's class: ``n_offsets`` plus the fine bin (``cells`` per
-       axis) of that direction.
+    2. The voters of row r, from ``row_start[r]`` on: frame index, uint32 weight and
+       class: the offset k that quantises its initial direction (the int16 direction
+       along (sign=+1) or against (-1) the gradient, length ~32767, whose bin in a
+       cube map of ``cells`` per axis picks ``offset_of_bin``:
+       ``_cone_tables.quantise_directions``).
     """
     for r in range(first, last):
         if stage == 1:
@@ -223,18 +224,14 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             ez = np.int16(np.rint(((sign * gz) / m) * 32767.0)) if ndim == 3 else np.int16(0)
             ey = np.int16(np.rint(((sign * gy) / m) * 32767.0))
             ex = np.int16(np.rint(((sign * gx) / m) * 32767.0))
-            if ndim == 3:
-                out[v, 0] = ez
-            out[v, ndim - 2] = ey
-            out[v, ndim - 1] = ex
-            classes[v] = n_offsets + _direction_bin(np.float32(ez), np.float32(ey), np.float32(ex), cells, ndim)
+            classes[v] = offset_of_bin[_direction_bin(np.float32(ez), np.float32(ey), np.float32(ex), cells, ndim)]
             frame_flat[v] = base + x
             weights[v] = q
             v += 1
 
 
 # ---------------------------------------------------------------------------
-# Voting passes over the cone tables (ivote_vote_table, ivote_turn_table)
+# Voting passes over the run tables (ivote_vote_table, ivote_turn_table)
 # ---------------------------------------------------------------------------
 
 
@@ -260,13 +257,12 @@ def _direction_bin(az, ay, ax, cells, ndim):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, grouped, n_offsets, widths):
+def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
     flat order within a class): ``grouped[place]`` = (frame index, weight, voter,
     class) of the voter at each place (one record: a single scattered store per
     voter; measured 9 ns per voter instead of 15-19 with four arrays);
-    ``widths[slab]``: its largest group, and largest group of a fine bin (class
-    >= ``n_offsets``), which size the scratch of ``_vote`` and ``_turn``."""
+    ``widths[slab]``: its largest group, which sizes the scratch of ``_vote`` and ``_turn``."""
     count = _empty(n_classes + 1, np.int64)
     for c in range(n_classes + 1):
         count[c] = 0
@@ -275,14 +271,10 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
         for v in range(a, b):
             count[cls[v] + 1] += 1
         widest = 0
-        widest_own = 0
         for c in range(n_classes):
             widest = _max(widest, count[c + 1])
-            if c >= n_offsets:
-                widest_own = _max(widest_own, count[c + 1])
             count[c + 1] += count[c]
-        widths[slab, 0] = widest
-        widths[slab, 1] = widest_own
+        widths[slab] = widest
         for v in range(a, b):
             c = cls[v]
             place = a + count[c]
@@ -306,62 +298,21 @@ def _group_end(grouped, v, b):
     return e
 
 
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm):
-    """The float32 directions and lengths of the group v..e, from 0 in the scratch arrays."""
-    zero = np.float32(0.0)
-    for i in range(v, e):
-        o = grouped[i, _VOTER]
-        z = np.float32(directions[o, 0]) if ndim == 3 else zero
-        y = np.float32(directions[o, ndim - 2])
-        x = np.float32(directions[o, ndim - 1])
-        az[i - v], ay[i - v], ax[i - v] = z, y, x
-        norm[i - v] = np.sqrt((z * z + y * y) + x * x) if ndim == 3 else np.sqrt(y * y + x * x)
-
-
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _ring_masks(m, first, last, ring, az, ay, ax, norm, masks):
-    """``masks[r * m + j]``, r = 1 + ring offset ``first + r - 1`` of a fine bin (``ring``: rows
-    z, y, x of its physical offset and its limit cos_half * |o|): all ones where that offset is
-    in the cone of the group's voter j (dot(o, a) >= (cos_half * |o|) * |a| in float32,
-    ``_reference._in_cone``), else 0; offset by offset, a loop over the group's voters that the
-    compiler vectorises. The marks and reads of one ring offset read the group's masks in a
-    row (measured: the first vote of 96^3 a third sooner than with a row of bool flags per
-    voter read down a column)."""
-    rz, ry, rx, rl = ring[0], ring[1], ring[2], ring[3]
-    full, none = np.uint32(0xFFFFFFFF), np.uint32(0)
-    for r in range(first, last):
-        a, b, c, n = rz[r], ry[r], rx[r], rl[r]
-        row = (1 + r - first) * m
-        for j in range(m):  # 2D: rz = az = 0 and 0 * 0 + y = y exactly, the 2D sum
-            masks[row + j] = full if (a * az[j] + b * ay[j]) + c * ax[j] >= n * norm[j] else none
-
-
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, directions, ndim,
-          starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring, tie):
+def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, starts, step, end):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
     Each voter adds its weight to every pixel of its cone, as the marks of a
     difference array along rows (+w where a run starts, -w after it ends). The
-    voters of a slab come grouped by class (``_regroup``): a class below the
-    number of offsets K is offset direction k, whose cone is a fixed list of
-    runs, so the loop runs item by item over the group's voters (no branch on
-    the voter, no test); a class K + b is fine bin b of a voter's own direction,
-    whose ring offsets are tested first (``_ring_masks``), then a ring offset
-    is marked with the weight or 0 by its mask (no branch on the voter).
+    voters of a slab come grouped by class (``_regroup``): offset direction k,
+    whose cone is a fixed list of runs (items ``starts[k]`` .. ``starts[k + 1]``),
+    so the loop runs item by item over the group's voters (no branch on the
+    voter, no test).
     """
-    n_offsets = len(limits)
-    widest = 0  # the largest fine-bin group: the ring tests' scratch (a slab can hold millions of voters)
-    widest_all = 0  # the largest group
+    widest = 0  # the largest group (a slab can hold millions of voters)
     for slab_index in range(first_slab, last_slab):
-        widest = _max(widest, widths[colour_slabs[slab_index], 1])
-        widest_all = _max(widest_all, widths[colour_slabs[slab_index], 0])
-    frames, weights = _empty(widest_all, np.uint64), _empty(widest_all, np.uint32)  # the group's, in a row
-    az, ay = _empty(widest, np.float32), _empty(widest, np.float32)
-    ax, norm = _empty(widest, np.float32), _empty(widest, np.float32)
-    masks = _empty(widest * (widest_ring + 1), np.uint32)
+        widest = _max(widest, widths[colour_slabs[slab_index]])
+    frames, weights = _empty(widest, np.uint64), _empty(widest, np.uint32)  # the group's, in a row
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
@@ -369,15 +320,11 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
         while v < b:
             c = grouped[v, _CLASS]
             e = _group_end(grouped, v, b)
-            if c >= n_offsets:  # a fine bin: the ring's tests first, then each ring offset by its mask
-                _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             m = e - v
             for j in range(m):
                 frames[j] = grouped[v + j, _FRAME]
                 weights[j] = grouped[v + j, _WEIGHT]
-            first_ring = starts[c + 1] - (ring_starts[c + 1] - ring_starts[c])  # the runs, then the ring
-            for item in range(starts[c], first_ring):
+            for item in range(starts[c], starts[c + 1]):
                 s = step[item]
                 f = end[item]
                 for j in range(m):
@@ -385,48 +332,32 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
                     t = frames[j]
                     marks[t + s] += w
                     marks[t + f] -= w
-            for item in range(first_ring, starts[c + 1]):
-                s = step[item]
-                f = end[item]
-                row = slot[item] * m
-                for j in range(m):
-                    w = weights[j] & masks[row + j]
-                    t = frames[j]
-                    marks[t + s] += w
-                    marks[t + f] -= w
             v = e
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, directions, ndim, next_cells,
-          starts, step, end, first_read, last_read, length, item_k, limits, ring, slot, ring_starts,
-          widest_ring, tie):
+def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, starts, step, first_read, last_read,
+          item_k):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
-    ``limits``) in the field (the first level of the flat sparse table
+    ``item_k``) in the field (the first level of the flat sparse table
     ``flat``), the first offset in lexicographic order on ties: its class
     becomes offset direction k (``cls[voter] = k``). With no vote in its cone
-    it keeps its direction: its class stays k, or, for its own direction,
-    becomes its fine bin in the next pass (``next_cells`` per axis).
+    it keeps its direction, so its class.
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
     Over a group of one class, item by item, each voter keeps the largest
-    (vote, lexicographic rank of the item) as one 64-bit key (no branch on the voter; a ring offset's
-    vote, or 0, by its mask from ``_ring_masks``); the first offset of the best run holding
-    that vote is then found in the field.
+    (vote, items left to the class's end) as one 64-bit key (no branch on the
+    voter; the second part makes the first item win ties); the first offset of
+    the best run holding that vote is then found in the field.
     """
-    n_offsets = len(limits)
-    widest = 0  # the largest group (keys), and of fine bins (the ring tests' scratch)
-    widest_own = 0
+    widest = 0  # the largest group (keys)
     for slab in range(first_slab, last_slab):
-        widest = _max(widest, widths[slab, 0])
-        widest_own = _max(widest_own, widths[slab, 1])
+        widest = _max(widest, widths[slab])
     keys = _empty(widest, np.uint64)
     frames = _empty(widest, np.uint64)  # the group's frame indices in a row (measured: 2D turns 7% sooner)
-    az, ay = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
-    ax, norm = _empty(widest_own, np.float32), _empty(widest_own, np.float32)
-    masks = _empty(widest_own * (widest_ring + 1), np.uint32)
     high = np.uint64(32)
+    low = np.uint64(0xFFFFFFFF)
     for slab in range(first_slab, last_slab):
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
@@ -434,47 +365,29 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, cls, direct
             c = grouped[v, _CLASS]
             e = _group_end(grouped, v, b)
             last_item = starts[c + 1]
-            own = c >= n_offsets
-            if own:
-                _own_directions(v, e, grouped, directions, ndim, az, ay, ax, norm)
-                _ring_masks(e - v, ring_starts[c], ring_starts[c + 1], ring, az, ay, ax, norm, masks)
             m = e - v
             for j in range(m):
                 keys[j] = 0
                 frames[j] = grouped[v + j, _FRAME]
-            first_ring = last_item - (ring_starts[c + 1] - ring_starts[c])  # the runs, then the ring
-            for item in range(starts[c], first_ring):
+            for item in range(starts[c], last_item):
                 r0 = first_read[item]
                 r1 = last_read[item]
-                rank = tie[item]  # the first item in lexicographic order wins a tie
+                rank = np.uint64(last_item - item)  # larger for earlier items: the first wins a tie
                 for j in range(m):
                     t = frames[j]
                     key = (np.uint64(_max(flat[t + r0], flat[t + r1])) << high) | rank
                     keys[j] = _max(keys[j], key)
-            for item in range(first_ring, last_item):  # a ring offset's vote counts inside the cone only
-                r0 = first_read[item]
-                rank = tie[item]
-                row = slot[item] * m
-                for j in range(m):
-                    t = frames[j]
-                    top = np.uint64(flat[t + r0] & masks[row + j])  # one pixel: r1 is r0
-                    keys[j] = _max(keys[j], (top << high) | rank)
             for i in range(v, e):
                 key = keys[i - v]
                 best = np.uint32(key >> high)
-                voter = grouped[i, _VOTER]
                 if best > 0:
-                    item = starts[c] + np.int64(key & np.uint64(0xFFFF))
+                    item = last_item - np.int64(key & low)
                     here = frames[i - v] + step[item]
                     j = 0
                     while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
                         j += 1
-                    cls[voter] = item_k[item] + j
-                elif own:
-                    j = i - v
-                    cls[voter] = n_offsets + _direction_bin(az[j], ay[j], ax[j], next_cells, ndim)
-                else:
-                    cls[voter] = c
+                    cls[grouped[i, _VOTER]] = item_k[item] + j
+                # else: no vote in its cone, its class stays c
             v = e
 
 
@@ -522,64 +435,27 @@ def _unsigned(index):
 
 @functools.lru_cache(maxsize=8)
 def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
-    """Per pass: the run table in frame steps, ``(fine cells, starts, step, end,
-    first read, last read, length, k)`` of classes 0..K-1 (offset directions,
-    ``_run_tables.discrete_runs``) then K.. (fine bins, ``fine_runs``; a class's
-    runs first, then its ring offsets), the
-    limits cos_half * |o| (K,), and the ring's tests: ``ring`` (4, R) float32
-    rows z, y, x of the physical offset and its limit, the fine bins' ring
-    offsets bin by bin from ``ring_starts[c]``, each item's ``slot`` (0: a run,
-    1 + r: ring offset r of its bin), the largest ring of a bin, and each item's
-    ``tie`` (its lexicographic rank in its class, then its place). Steps,
-    ends (step + length, or + 1 for a tested offset) and the two reads of a
-    run's largest vote in the flat sparse table (level * frame size + step) are
-    unsigned (``_unsigned``); a length of 0 is a tested offset."""
-    from ._plan import make_plan
-
+    """Per pass: the run table in frame steps, ``(starts, step, end, first read,
+    last read, k)``: the items of class k (offset direction k, the cone
+    ``_run_tables.discrete_runs`` lists) are ``starts[k]`` .. ``starts[k + 1]``,
+    runs of at most ``2 ** (_TOP_LEVELS + 1)`` pixels from offset ``k`` on. Steps,
+    ends (step + length) and the two reads of a run's largest vote in the flat
+    sparse table (level * frame size + step) are unsigned (``_unsigned``)."""
     plan = make_plan(radius, spacing, ndim)
     size = math.prod(padded_shape)
     strides = np.cumprod((padded_shape[1:] + (1,))[::-1])[::-1]
     steps_all = plan.offsets @ np.asarray(strides, dtype=np.int64)
-    physical_all = np.zeros((len(plan.offsets), 3), dtype=np.float32)
-    physical_all[:, 3 - ndim:] = plan.offsets_physical
     passes = []
-    for index, cos_half in enumerate(plan.cos_half32):
-        discrete = discrete_runs(radius, spacing, ndim, index)
-        cells = fine_cells(ndim, index)
-        fine = fine_runs(radius, spacing, ndim, index, cells)
-        item_starts = np.concatenate([discrete[0], discrete[0][-1] + fine[0][1:]])
-        item_k, item_len = (np.concatenate([a, b]) for a, b in zip(discrete[1:], fine[1:]))
-        item_starts, item_k, item_len = split_runs(item_starts, item_k, item_len, 2 ** (_TOP_LEVELS[ndim] + 1))
+    for index in range(plan.n_passes):
+        item_starts, item_k, item_len = split_runs(*discrete_runs(radius, spacing, ndim, index),
+                                                   2 ** (_TOP_LEVELS[ndim] + 1))
         item_level = np.zeros(len(item_len), dtype=np.int64)
         item_level[item_len > 1] = np.ceil(np.log2(item_len[item_len > 1])).astype(np.int64) - 1  # 2 reads cover it
-        limits_all = (cos_half * plan.offset_norms).astype(np.float32)
         step = steps_all[item_k]
         reads = item_level * size + step  # the run's largest vote: max(tops[first], tops[last]) of the flat table
         last = reads + np.maximum(item_len - (1 << item_level), 0)
-        # the fine bins' ring offsets, bin by bin (``_ring_masks``), and each item's flag: 0 for a run
-        tested = item_len == 0
-        item_class = np.repeat(np.arange(len(item_starts) - 1), np.diff(item_starts))
-        ring_starts = np.zeros(len(item_starts), dtype=np.int64)
-        np.add.at(ring_starts, item_class[tested] + 1, 1)
-        ring_starts = np.cumsum(ring_starts)
-        ring_k = item_k[tested]
-        ring = np.ascontiguousarray(np.concatenate([physical_all[ring_k].T, limits_all[ring_k][None]]), np.float32)
-        slot = np.zeros(len(item_k), dtype=np.int64)
-        slot[tested] = 1 + np.arange(len(ring_k)) - ring_starts[item_class[tested]]
-        widest_ring = int(np.diff(ring_starts).max(initial=0))
-        # within a class, its runs first, then its ring offsets (in ring order): no branch per item in the
-        # kernels (measured: first vote and turn of 96^3 7-8% sooner); ``tie`` keeps the lexicographic
-        # order for the turn's ties: (n - position) << 16 | new position, n the class's items
-        position = np.arange(len(item_k)) - item_starts[item_class]
-        order = np.lexsort((position, tested, item_class))
-        n_items = np.diff(item_starts)
-        if n_items.max(initial=0) >= 1 << 16:
-            raise ValueError(f"a cone of more than {(1 << 16) - 1} runs (radius {radius}): too large for the tie key")
-        tie = ((n_items[item_class] - position)[order] << 16) | position
-        step, item_len, item_k, reads, last, slot = (a[order] for a in (step, item_len, item_k, reads, last, slot))
-        passes.append((cells, item_starts, _unsigned(step), _unsigned(step + np.maximum(item_len, 1)), _unsigned(reads),
-                       _unsigned(last), item_len, item_k, limits_all, ring, slot, ring_starts,
-                       widest_ring, tie.astype(np.uint64)))
+        passes.append((item_starts, _unsigned(step), _unsigned(step + item_len), _unsigned(reads), _unsigned(last),
+                       item_k))
     return tuple(passes)
 
 
@@ -647,63 +523,62 @@ def _spacing3(spacing):
 
 
 def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest: float | None = None,
-                   cells: int = 1, frame: _Frame | None = None):
+                   frame: _Frame | None = None):
     """As ``_reference.prepare_voters``, in the order the passes keep them (``_colours``):
-    each voter's index in ``frame``, uint32 weight, int16 direction and class in the
-    first pass (int32: K plus its direction's bin in a cube map of ``cells`` per
-    axis, ``_vote``); each slab's range of voters and the slabs of each colour."""
+    each voter's index in ``frame``, uint32 weight and class (int32: the offset k whose
+    direction its initial direction becomes, ``_cone_tables.initial_directions``); each
+    slab's range of voters and the slabs of each colour."""
     frame = _Frame(smoothed.shape, plan) if frame is None else frame
+    quantise = initial_directions(plan)
     Z, Y, X = _shape3(smoothed.shape)
     sz, sy, sx = _spacing3(plan.spacing)
     (_, PY, PX), (wz, wy, wx) = frame.padded3()
     flat = smoothed.reshape(-1)
     magnitude, row_max, row_counts = np.empty(flat.size), np.zeros(Z * Y), np.zeros(Z * Y, dtype=np.int64)
-    frame_flat, weights = np.zeros(0, np.int64), np.zeros(0, np.uint32)
-    directions, classes = np.zeros((0, plan.ndim), np.int16), np.zeros(0, np.int32)
+    frame_flat, weights, classes = np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32)
     image_args = (flat, Z, Y, X, sz, sy, sx, float(sign))
-    frame_args = (PY, PX, wz, wy, wx, plan.ndim, cells, len(plan.offsets))
-    for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, frame_flat, weights, directions,
-               classes, *frame_args, grain=8)
+    frame_args = (PY, PX, wz, wy, wx, plan.ndim, quantise.cells, quantise.offset_of_bin)
+    for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, frame_flat, weights, classes,
+               *frame_args, grain=8)
     largest = row_max.max() if largest is None else largest
     scale = float(plan.weight_scale / largest) if largest > 0 else 0.0  # 0: floor(0.5) is below min_weight, no voter
     for_ranges(_voters, Z * Y, 1, row_max, row_counts, magnitude, scale, plan.min_weight, *image_args, frame_flat,
-               weights, directions, classes, *frame_args, grain=8)
+               weights, classes, *frame_args, grain=8)
     row_start, slab_starts, colours = _colours(row_counts, (Z, Y), plan)
     n = int(slab_starts[-1])
-    frame_flat, weights = np.empty(n, np.int64), np.empty(n, np.uint32)
-    directions, classes = np.empty((n, plan.ndim), np.int16), np.empty(n, np.int32)
+    frame_flat, weights, classes = np.empty(n, np.int64), np.empty(n, np.uint32), np.empty(n, np.int32)
     for_ranges(_voters, Z * Y, 2, row_max, row_start, magnitude, scale, plan.min_weight, *image_args, frame_flat,
-               weights, directions, classes, *frame_args, grain=8)
-    return frame_flat, weights, directions, classes, slab_starts, colours
+               weights, classes, *frame_args, grain=8)
+    return frame_flat, weights, classes, slab_starts, colours
 
 
 def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
     """The padded frame and its vote field (uint32, padding zeroed) after the last pass."""
     frame = _Frame(smoothed.shape, plan)
+    if len(plan.offsets) == 0:  # a radius under a pixel: no votes (the reference's empty loop)
+        if iter_callback is not None:
+            for index in range(plan.n_passes):
+                iter_callback(index, plan.n_passes)
+        return frame, np.zeros(frame.size, dtype=np.uint32)
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
-    # each voter's class: offset direction k, or K + the fine bin of its own
-    frame_flat, weights, directions, cls, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest,
-                                                                               passes[0][0], frame)
+    frame_flat, weights, cls, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest, frame)
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n = len(frame_flat)
     narrow = frame.size < 2**32 and n < 2**32  # 16-byte records: less to move in the regroup
     grouped = np.empty((n, 4), dtype=np.uint32 if narrow else np.uint64)  # _regroup: frame index, weight, voter, class
     n_slabs = len(slab_starts) - 1
-    widths = np.zeros((n_slabs, 2), dtype=np.int64)  # per slab: its largest group, and of a fine bin (_regroup)
+    widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    n_offsets = len(plan.offsets)
-    for index, tables in enumerate(passes):
-        cells, starts = tables[:2]
+    n_classes = len(plan.offsets)
+    for index, (starts, step, end, first_read, last_read, item_k) in enumerate(passes):
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
-            last = passes[index - 1]
-            for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, cls, directions,
-                       plan.ndim, cells, *last[1:])
-        for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, grouped, n_offsets,
-                   widths)
+            last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
+            for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, cls, last_starts, last_step,
+                       last_first, last_last, last_k)
+        for_ranges(_regroup, n_slabs, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
         for slabs in colours:
-            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, directions, plan.ndim,
-                       *tables[1:])
+            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, starts, step, end)
         final = index == plan.n_passes - 1
         for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
         if iter_callback is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._cone_tables import quantise_directions
 from ._plan import DIRECTION_SCALE, VotingPlan, _sum_in_order
 
 __all__ = ["close_pairs", "gradient", "prepare_voters", "run_passes", "sorted_close_pairs"]
@@ -30,8 +31,12 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
 
     Every pixel whose quantised gradient magnitude reaches ``plan.min_weight``
     votes; its direction is the gradient (``sign=+1``, bright nuclei) or its
-    opposite (``sign=-1``, dark nuclei). ``largest``: the largest magnitude of
-    the whole image when ``smoothed`` is a block of it (default: this image's).
+    opposite (``sign=-1``, dark nuclei), as int16 of length ~``DIRECTION_SCALE``,
+    then replaced by the nearest offset direction of the plan
+    (``_cone_tables.quantise_directions``: a table of the direction's bin; within
+    ``initial_directions(plan).bound`` of it), as every backend does.
+    ``largest``: the largest magnitude of the whole image when ``smoothed`` is a
+    block of it (default: this image's).
     """
     grad = gradient(smoothed, plan.spacing)
     magnitude = np.sqrt(_sum_in_order([g * g for g in grad]))
@@ -46,7 +51,7 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     directions = np.stack(
         [np.rint(((sign * g.ravel()[voters]) / norm) * DIRECTION_SCALE) for g in grad], axis=1
     ).astype(np.int16)
-    return voters, weights, directions
+    return voters, weights, quantise_directions(directions, plan)[1]
 
 
 class _Voters:

@@ -178,54 +178,6 @@ __global__ void ivote_gradient_max(const double* __restrict__ f, Index size, int
     if (threadIdx.x == 0 && bits) atomicMax(largest, bits);
 }
 
-// ivote_voters<NDIM, Index>: every pixel's integer weight floor(|grad f| *
-// (scale / largest) + 0.5), or 0 below min_weight (it does not vote; also
-// when the image is flat), and each voter's direction along (sign=+1) or
-// against (sign=-1) its gradient, as int16 of length ~32767.
-template <int NDIM, typename Index>
-__global__ void ivote_voters(const double* __restrict__ f, Index size, int Z, int Y, int X, double sz, double sy,
-                             double sx, const unsigned long long* __restrict__ largest, double scale,
-                             unsigned int min_weight, double sign, unsigned short* __restrict__ weights,
-                             short* __restrict__ directions)
-{
-    const double top = __longlong_as_double((long long)*largest);
-    const double factor = scale / top;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (long long)blockDim.x * gridDim.x) {
-        double g[3];
-        ivote_gradient_at<NDIM, Index>(f, (Index)i, Z, Y, X, sz, sy, sx, g);
-        const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
-        unsigned int w = 0u;
-        if (top > 0.0) {
-            const double q = floor(magnitude * factor + 0.5);
-            if (q >= (double)min_weight) w = (unsigned int)q;
-        }
-        weights[i] = (unsigned short)w;
-        if (w) {
-            for (int c = 0; c < NDIM; ++c) {
-                directions[i * NDIM + c] = (short)rint(((sign * g[c + 3 - NDIM]) / magnitude) * 32767.0);
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Voting passes
-// ---------------------------------------------------------------------------
-
-// Cone tables (ivote/detect/_cone_tables.py): each voter walks the list of
-// offsets of its direction's bin, a small superset of its cone (about 1.3x in
-// 2D, 1.5-2x in 3D), in lexicographic order, and makes the exact test: voter t
-// adds weights[t] to every pixel p with 0 < |p - t| < radius and
-// dot(p - t, a) >= cos_half * |p - t| * |a| (physical units). Measured on an
-// H100, the passes took 1.7x (2D) to 2.6x (3D) less time than with the cone's
-// axis-aligned bounding box, which holds 20-130 box cells per cone cell once
-// the cone is narrow and diagonal. In 2D, `limits` holds cos_half * |p - t| of
-// every entry, computed on the host with the same float32 operations (sqrt is
-// correctly rounded on both), so the test costs a dot product per entry; in 3D
-// the tables are too large for the L1 cache and a second load per entry costs
-// more than the square root (measured on an H100: 1.7x slower passes), so the
-// kernels compute it.
-
 // ivote_direction_bin<NDIM>: the cube-map bin of direction (az, ay, ax) (2D:
 // the square map of (ay, ax)): the largest |component| (first on ties) and its
 // sign pick a face; every other component divided by it picks one of `cells`
@@ -254,6 +206,64 @@ __device__ __forceinline__ int ivote_direction_bin(float az, float ay, float ax,
     }
     return bin;
 }
+
+// ivote_voters<NDIM, Index>: every pixel's integer weight floor(|grad f| *
+// (scale / largest) + 0.5), or 0 below min_weight (it does not vote; also
+// when the image is flat), and each voter's initial direction: along
+// (sign=+1) or against (sign=-1) its gradient, as int16 of length ~32767,
+// then quantised to the offset direction offset_directions[offset_of_bin[b]]
+// of its bin b in a cube map of `cells` per face axis (as every backend:
+// ivote/detect/_cone_tables.py initial_directions; cells 0: not quantised,
+// a plan without offsets).
+template <int NDIM, typename Index>
+__global__ void ivote_voters(const double* __restrict__ f, Index size, int Z, int Y, int X, double sz, double sy,
+                             double sx, const unsigned long long* __restrict__ largest, double scale,
+                             unsigned int min_weight, double sign, int cells, const int* __restrict__ offset_of_bin,
+                             const short* __restrict__ offset_directions, unsigned short* __restrict__ weights,
+                             short* __restrict__ directions)
+{
+    const double top = __longlong_as_double((long long)*largest);
+    const double factor = scale / top;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += (long long)blockDim.x * gridDim.x) {
+        double g[3];
+        ivote_gradient_at<NDIM, Index>(f, (Index)i, Z, Y, X, sz, sy, sx, g);
+        const double magnitude = sqrt((g[0] * g[0] + g[1] * g[1]) + g[2] * g[2]);
+        unsigned int w = 0u;
+        if (top > 0.0) {
+            const double q = floor(magnitude * factor + 0.5);
+            if (q >= (double)min_weight) w = (unsigned int)q;
+        }
+        weights[i] = (unsigned short)w;
+        if (w) {
+            short d[3] = {0, 0, 0};
+            for (int c = 3 - NDIM; c < 3; ++c) d[c] = (short)rint(((sign * g[c]) / magnitude) * 32767.0);
+            const short* chosen = d + 3 - NDIM;
+            if (cells > 0) {
+                const int k = offset_of_bin[ivote_direction_bin<NDIM>((float)d[0], (float)d[1], (float)d[2], cells)];
+                chosen = offset_directions + (long long)k * NDIM;
+            }
+            for (int c = 0; c < NDIM; ++c) directions[i * NDIM + c] = chosen[c];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Voting passes
+// ---------------------------------------------------------------------------
+
+// Cone tables (ivote/detect/_cone_tables.py): each voter walks the list of
+// offsets of its direction's bin, a small superset of its cone (about 1.3x in
+// 2D, 1.5-2x in 3D), in lexicographic order, and makes the exact test: voter t
+// adds weights[t] to every pixel p with 0 < |p - t| < radius and
+// dot(p - t, a) >= cos_half * |p - t| * |a| (physical units). Measured on an
+// H100, the passes took 1.7x (2D) to 2.6x (3D) less time than with the cone's
+// axis-aligned bounding box, which holds 20-130 box cells per cone cell once
+// the cone is narrow and diagonal. In 2D, `limits` holds cos_half * |p - t| of
+// every entry, computed on the host with the same float32 operations (sqrt is
+// correctly rounded on both), so the test costs a dot product per entry; in 3D
+// the tables are too large for the L1 cache and a second load per entry costs
+// more than the square root (measured on an H100: 1.7x slower passes), so the
+// kernels compute it.
 
 // ivote_unpack<NDIM>: a packed table entry -> pixel offset (dz, dy, dx).
 template <int NDIM>
@@ -768,8 +778,8 @@ __global__ void ivote_contrast(const S* __restrict__ s, int Z, int Y, int X, int
     template __global__ void ivote_gradient_max<NDIM, INDEX>(const double*, INDEX, int, int, int, double, double,      \
                                                              double, unsigned long long*);                             \
     template __global__ void ivote_voters<NDIM, INDEX>(const double*, INDEX, int, int, int, double, double, double,    \
-                                                       const unsigned long long*, double, unsigned int, double,       \
-                                                       unsigned short*, short*);                                     \
+                                                       const unsigned long long*, double, unsigned int, double, int,  \
+                                                       const int*, const short*, unsigned short*, short*);           \
     template __global__ void ivote_vote_table<NDIM, INDEX>(const unsigned short*, const short*, INDEX, int, int, int,  \
                                                            float, float, float, float, int, const int*, const int*,     \
                                                            const float*, int, int, int, unsigned int*);                \
