@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from ivote.data import synthetic_nuclei
 from ivote.napari import _demo_screenshot
@@ -35,3 +36,24 @@ def test_reports_a_failing_subprocess(monkeypatch, tmp_path):
     monkeypatch.setattr(_demo_screenshot.sys, "executable", "false")  # exits 1 at once, prints nothing
     [line] = _demo_screenshot.screenshot_demo(_sample(), tmp_path)
     assert line.startswith("napari screenshot: failed (exit 1")
+
+
+def test_runs_in_the_background_until_its_result_is_asked(monkeypatch, tmp_path):
+    """``ivote demo`` starts napari's process first and runs its stages meanwhile: the start
+    returns while the subprocess still runs; ``result()`` waits for its summary and removes
+    the sample it was handed."""
+    release = tmp_path / "release"
+    fake = tmp_path / "fake_python"
+    # waits until the test releases it (at most ~20 s, so a start that waited for it fails, not hangs)
+    fake.write_text(f"#!/bin/sh\nn=0\nwhile [ ! -e {release} ] && [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done\n"
+                    "[ -e " + str(release) + " ] && echo 'SUMMARY: napari widget: ok'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(_demo_screenshot.sys, "executable", str(fake))
+    started = _demo_screenshot.start_screenshot_demo(_sample(), tmp_path / "out")
+    assert started._process.poll() is None  # still waiting: the caller goes on meanwhile
+    sample_folder = started._folder.name
+    release.touch()
+    assert started.result() == ["napari widget: ok"]
+    assert started.result() == ["napari widget: ok"]  # asked again: the same lines
+    assert not os.path.exists(sample_folder)

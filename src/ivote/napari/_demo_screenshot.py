@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["screenshot_demo"]
+__all__ = ["screenshot_demo", "start_screenshot_demo"]
 
 _PREFIX = "SUMMARY: "
 TIMEOUT_S = 900
@@ -50,31 +50,64 @@ def screenshot_demo(sample_2d, out_dir) -> list[str]:
     list of str
         Summary lines for the demo's report (or one line saying why it skipped).
     """
+    return start_screenshot_demo(sample_2d, out_dir).result()
+
+
+class _Screenshot:
+    """A started screenshot subprocess (or the reason it did not start): :meth:`result` waits for its lines."""
+
+    def __init__(self, lines=None, process=None, folder=None):
+        self._lines, self._process, self._folder = lines, process, folder
+
+    def result(self) -> list[str]:
+        if self._lines is not None:
+            return self._lines
+        try:
+            stdout, stderr = self._process.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            self._lines = [f"napari screenshot: failed (no result within {TIMEOUT_S} s)"]
+        else:
+            lines = [line[len(_PREFIX):] for line in stdout.splitlines() if line.startswith(_PREFIX)]
+            if self._process.returncode != 0 or not lines:
+                last = (stderr.strip().splitlines() or ["no output"])[-1]
+                lines = [f"napari screenshot: failed (exit {self._process.returncode}: {last})"]
+            self._lines = lines
+        finally:
+            if self._folder is not None:
+                self._folder.cleanup()
+                self._folder = None
+        return self._lines
+
+
+def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
+    """:func:`screenshot_demo` started in the background: ``ivote demo`` runs its other
+    stages while napari starts (several seconds of imports in a process of its own), then
+    calls ``.result()`` for the summary lines."""
     missing = [m for m in ("napari", "qtpy") if importlib.util.find_spec(m) is None]
     if missing:
-        return [f"napari screenshot: skipped ({', '.join(missing)} not installed; pip install 'napari-ivote[all]')"]
+        return _Screenshot([f"napari screenshot: skipped ({', '.join(missing)} not installed; "
+                            "pip install 'napari-ivote[all]')"])
     command = [sys.executable, "-m", "ivote.napari._demo_screenshot"]
     if not _display_available():
         xvfb = shutil.which("xvfb-run")
         if xvfb is None:
-            return ["napari screenshot: skipped (no display and no Xvfb; install xvfb or run with a display)"]
+            return _Screenshot(["napari screenshot: skipped (no display and no Xvfb; install xvfb or run with a display)"])
         command = [xvfb, "-a", "-s", "-screen 0 1600x1000x24"] + command
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        sample_path = Path(tmp) / "sample.npz"
-        np.savez(sample_path, image=sample_2d.image, spacing=np.asarray(sample_2d.spacing),
-                 radius=sample_2d.radius, centers=sample_2d.centers)
-        command += ["--sample", str(sample_path), "--out", str(out_dir / "napari_detect_2d.png")]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return [f"napari screenshot: failed (no result within {TIMEOUT_S} s)"]
-    lines = [line[len(_PREFIX):] for line in done.stdout.splitlines() if line.startswith(_PREFIX)]
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [f"napari screenshot: failed (exit {done.returncode}: {last})"]
-    return lines
+    folder = tempfile.TemporaryDirectory()
+    sample_path = Path(folder.name) / "sample.npz"
+    np.savez(sample_path, image=sample_2d.image, spacing=np.asarray(sample_2d.spacing),
+             radius=sample_2d.radius, centers=sample_2d.centers)
+    command += ["--sample", str(sample_path), "--out", str(out_dir / "napari_detect_2d.png")]
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as error:
+        folder.cleanup()
+        return _Screenshot([f"napari screenshot: failed ({error})"])
+    return _Screenshot(process=process, folder=folder)
 
 
 # ----------------------------------------------------------------------------
