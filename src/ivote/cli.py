@@ -96,14 +96,14 @@ def _cmd_demo(args) -> int:
     from .napari._demo_screenshot import start_screenshot_demo  # imports no napari; runs it in a subprocess
 
     # napari starts in its own process (seconds of imports) while the stages run here
-    screenshot = start_screenshot_demo(s2, out_dir)
-    for module in _stage_modules():
-        demo = getattr(module, "demo", None)
-        if demo is not None:
-            for line in demo(s2, s3, out_dir):
-                print(f"  {line}")
-    for line in screenshot.result():
-        print(f"  {line}")
+    with start_screenshot_demo(s2, out_dir) as screenshot:  # a stage that raises stops it
+        for module in _stage_modules():
+            demo = getattr(module, "demo", None)
+            if demo is not None:
+                for line in demo(s2, s3, out_dir):
+                    print(f"  {line}")
+        for line in screenshot.result():
+            print(f"  {line}")
     print(f"done in {time.perf_counter() - t0:.1f} s; outputs in {out_dir}")
     return 0
 

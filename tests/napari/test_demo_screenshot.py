@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import time
+
+import pytest
 
 from ivote.data import synthetic_nuclei
 from ivote.napari import _demo_screenshot
@@ -56,4 +60,46 @@ def test_runs_in_the_background_until_its_result_is_asked(monkeypatch, tmp_path)
     release.touch()
     assert started.result() == ["napari widget: ok"]
     assert started.result() == ["napari widget: ok"]  # asked again: the same lines
+    assert not os.path.exists(sample_folder)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for xvfb-run")
+def test_a_stage_that_raises_stops_the_subprocess_and_what_it_started(monkeypatch, tmp_path):
+    """``ivote demo`` leaves no napari, Xvfb or sample behind when a stage raises: the
+    screenshot's context stops xvfb-run (here a shell script) and the process it started."""
+    child = tmp_path / "child.pid"
+    fake = tmp_path / "fake_xvfb_run"
+    # a child that does not hold the pipes, as xvfb-run's Xvfb
+    fake.write_text(f"#!/bin/sh\nsleep 60 >/dev/null 2>&1 &\necho $! > {child}\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(_demo_screenshot.sys, "executable", str(fake))
+    with pytest.raises(RuntimeError, match="a stage failed"):
+        with _demo_screenshot.start_screenshot_demo(_sample(), tmp_path / "out") as started:
+            sample_folder, process = started._folder.name, started._process
+            deadline = time.monotonic() + 20
+            while not (child.exists() and child.read_text().strip()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            raise RuntimeError("a stage failed")
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:  # its reaper may take a moment
+        time.sleep(0.05)
+    assert process.poll() is not None
+    assert not _running(pid)
     assert not os.path.exists(sample_folder)

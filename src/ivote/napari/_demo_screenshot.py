@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,10 +55,31 @@ def screenshot_demo(sample_2d, out_dir) -> list[str]:
 
 
 class _Screenshot:
-    """A started screenshot subprocess (or the reason it did not start): :meth:`result` waits for its lines."""
+    """A started screenshot subprocess (or the reason it did not start): :meth:`result` waits for its lines.
+
+    As a context manager it stops the subprocess on leaving when its result was never asked
+    (a stage of ``ivote demo`` raised): xvfb-run, Xvfb and napari are killed, the sample removed.
+    """
 
     def __init__(self, lines=None, process=None, folder=None):
         self._lines, self._process, self._folder = lines, process, folder
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self) -> None:
+        """Kill the subprocess and every process it started, if still running, and remove the sample."""
+        try:
+            if self._process is not None and self._process.poll() is None:
+                _kill_tree(self._process)
+                self._process.communicate()
+        finally:
+            if self._folder is not None:
+                self._folder.cleanup()
+                self._folder = None
 
     def result(self) -> list[str]:
         if self._lines is not None:
@@ -65,8 +87,6 @@ class _Screenshot:
         try:
             stdout, stderr = self._process.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.communicate()
             self._lines = [f"napari screenshot: failed (no result within {TIMEOUT_S} s)"]
         else:
             lines = [line[len(_PREFIX):] for line in stdout.splitlines() if line.startswith(_PREFIX)]
@@ -75,16 +95,45 @@ class _Screenshot:
                 lines = [f"napari screenshot: failed (exit {self._process.returncode}: {last})"]
             self._lines = lines
         finally:
-            if self._folder is not None:
-                self._folder.cleanup()
-                self._folder = None
+            self.close()
         return self._lines
+
+
+def _kill_tree(process) -> None:
+    """Stop ``process`` and every process of its session (it was started as a session leader).
+
+    Killing xvfb-run alone leaves its Xvfb and napari running. Its children (Linux: from
+    /proc) are asked to stop first, so that xvfb-run then stops Xvfb and removes its folder
+    in /tmp; whatever is left of the session is then killed (elsewhere: the process only).
+    """
+    try:
+        children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        children = []
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if children:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # every process of the session already ended
+            pass
+    else:
+        process.kill()
 
 
 def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
     """:func:`screenshot_demo` started in the background: ``ivote demo`` runs its other
     stages while napari starts (several seconds of imports in a process of its own), then
-    calls ``.result()`` for the summary lines."""
+    calls ``.result()`` for the summary lines; used as a context manager (``with
+    start_screenshot_demo(...) as screenshot``) so that a stage that raises stops it."""
     missing = [m for m in ("napari", "qtpy") if importlib.util.find_spec(m) is None]
     if missing:
         return _Screenshot([f"napari screenshot: skipped ({', '.join(missing)} not installed; "
@@ -93,7 +142,8 @@ def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
     if not _display_available():
         xvfb = shutil.which("xvfb-run")
         if xvfb is None:
-            return _Screenshot(["napari screenshot: skipped (no display and no Xvfb; install xvfb or run with a display)"])
+            return _Screenshot(["napari screenshot: skipped (no display and no Xvfb; "
+                                "install xvfb or run with a display)"])
         command = [xvfb, "-a", "-s", "-screen 0 1600x1000x24"] + command
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +153,9 @@ def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
              radius=sample_2d.radius, centers=sample_2d.centers)
     command += ["--sample", str(sample_path), "--out", str(out_dir / "napari_detect_2d.png")]
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # its own session (POSIX; ignored on Windows), so that _kill_tree reaches Xvfb and napari too
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
     except OSError as error:
         folder.cleanup()
         return _Screenshot([f"napari screenshot: failed ({error})"])
