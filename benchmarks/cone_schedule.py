@@ -98,6 +98,7 @@ def _install(cone_angles) -> None:
             for value in list(vars(module).values()):
                 if callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
+    ivote.free_gpu_memory()  # the GPU's cone tables and captured detections (not lru caches); no-op without CuPy
 
 
 def _emit(lines, row):
