@@ -440,7 +440,8 @@ def iterative_voting(
     """Detect nuclei by iterative voting (Parvin 2007, Saadatifard 2018).
 
     Every pixel votes, with the weight of its gradient magnitude, for the pixels
-    of a cone that starts along its gradient (into a bright nucleus). After each
+    of a cone that starts along its gradient (into a bright nucleus; the nearest
+    direction of an offset of the voting disc/ball, docs/detect.md). After each
     pass every voter turns towards the largest vote inside its cone and the cone
     angle halves, from pi/2 until it is under one pixel wide; the votes then
     pile up at the nucleus centres. Cells are the local maxima of the final vote
