@@ -78,28 +78,54 @@ def _running(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for xvfb-run")
-def test_a_stage_that_raises_stops_the_subprocess_and_what_it_started(monkeypatch, tmp_path):
-    """``ivote demo`` leaves no napari, Xvfb or sample behind when a stage raises: the
-    screenshot's context stops xvfb-run (here a shell script) and the process it started."""
+def _fake_xvfb_run(monkeypatch, tmp_path):
+    """A shell script in napari's place that starts a child and waits for it, as xvfb-run
+    starts Xvfb (which does not hold the pipes); returns the file its child's pid goes to."""
     child = tmp_path / "child.pid"
     fake = tmp_path / "fake_xvfb_run"
-    # a child that does not hold the pipes, as xvfb-run's Xvfb
     fake.write_text(f"#!/bin/sh\nsleep 60 >/dev/null 2>&1 &\necho $! > {child}\nwait\n")
     fake.chmod(0o755)
     monkeypatch.setenv("DISPLAY", ":99")
     monkeypatch.setattr(_demo_screenshot.sys, "executable", str(fake))
-    with pytest.raises(RuntimeError, match="a stage failed"):
-        with _demo_screenshot.start_screenshot_demo(_sample(), tmp_path / "out") as started:
-            sample_folder, process = started._folder.name, started._process
-            deadline = time.monotonic() + 20
-            while not (child.exists() and child.read_text().strip()) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            raise RuntimeError("a stage failed")
-    pid = int(child.read_text())
+    return child
+
+
+def _child_pid(child) -> int:
+    deadline = time.monotonic() + 20
+    while not (child.exists() and child.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return int(child.read_text())
+
+
+def _ended(pid: int) -> bool:
     deadline = time.monotonic() + 10
     while _running(pid) and time.monotonic() < deadline:  # its reaper may take a moment
         time.sleep(0.05)
+    return not _running(pid)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for xvfb-run")
+def test_a_stage_that_raises_stops_the_subprocess_and_what_it_started(monkeypatch, tmp_path):
+    """``ivote demo`` leaves no napari, Xvfb or sample behind when a stage raises: the
+    screenshot's context stops xvfb-run (here a shell script) and the process it started."""
+    child = _fake_xvfb_run(monkeypatch, tmp_path)
+    with pytest.raises(RuntimeError, match="a stage failed"):
+        with _demo_screenshot.start_screenshot_demo(_sample(), tmp_path / "out") as started:
+            sample_folder, process = started._folder.name, started._process
+            pid = _child_pid(child)
+            raise RuntimeError("a stage failed")
     assert process.poll() is not None
-    assert not _running(pid)
+    assert _ended(pid)
     assert not os.path.exists(sample_folder)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for xvfb-run")
+def test_a_subprocess_past_its_time_is_stopped_with_what_it_started(monkeypatch, tmp_path):
+    """Past ``TIMEOUT_S`` the result says so and xvfb-run's children are stopped too (killing
+    xvfb-run alone left Xvfb and napari running)."""
+    child = _fake_xvfb_run(monkeypatch, tmp_path)
+    monkeypatch.setattr(_demo_screenshot, "TIMEOUT_S", 1)
+    started = _demo_screenshot.start_screenshot_demo(_sample(), tmp_path / "out")
+    pid = _child_pid(child)
+    assert started.result() == ["napari screenshot: failed (no result within 1 s)"]
+    assert _ended(pid)
