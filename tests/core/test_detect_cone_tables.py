@@ -114,39 +114,68 @@ def _angles(a, b):
 
 
 @pytest.mark.parametrize("ndim, radius, spacing", [(2, 12.0, (1.0, 1.0)), (2, 5.0, (1.0, 0.7)),
-                                                   (3, 8.0, (1.0, 1.0, 1.0)), (3, 5.0, (2.0, 1.0, 1.0))])
-def test_initial_directions_are_the_nearest_offset_directions(ndim, radius, spacing):
-    """The quantisation of the voters' initial directions: every direction becomes an offset
+                                                   (3, 8.0, (1.0, 1.0, 1.0)), (3, 5.0, (2.0, 1.0, 1.0)),
+                                                   (2, 2.0, (1.0, 1.0)), (2, 1.5, (1.0, 0.8)),
+                                                   (3, 2.0, (2.0, 1.0, 1.0))])
+def test_initial_directions_are_the_nearest_class_directions(ndim, radius, spacing):
+    """The quantisation of the voters' initial directions: every direction becomes a class
     direction within the table's bound of it, and at most one bin's angular size (the cell
-    diagonal in the face's tangent plane, sqrt(ndim - 1) / cells) worse than the nearest offset
-    direction found by brute force; the first k of equal directions; the axes stay the axes."""
-    from ivote.detect._cone_tables import initial_directions, quantise_directions
+    diagonal in the face's tangent plane, sqrt(ndim - 1) / cells) worse than the nearest class
+    direction found by brute force; the first class of equal directions; the axes stay the axes."""
+    from ivote.detect._cone_tables import class_directions, initial_directions, quantise_directions
 
     plan = make_plan(radius, spacing, ndim)
     table = initial_directions(plan)
+    classes = class_directions(plan)
     assert table.offset_of_bin.shape == (2 * ndim * table.cells ** (ndim - 1),)
     directions = random_directions(ndim, 3000, seed=10 + ndim)
     ks, quantised = quantise_directions(directions, plan)
-    np.testing.assert_array_equal(quantised, plan.offset_directions[ks])
+    np.testing.assert_array_equal(quantised, classes[ks])
     got = _angles(directions, quantised)
-    nearest = np.array([_angles(np.repeat(d[None], len(plan.offsets), 0), plan.offset_directions).min()
-                        for d in directions])
+    nearest = np.array([_angles(np.repeat(d[None], len(classes), 0), classes).min() for d in directions])
     bin_size = np.sqrt(ndim - 1) / table.cells
     assert np.all(got <= table.bound)
     assert np.all(got <= nearest + 2 * bin_size + 1e-6)
     assert table.bound <= nearest.max() + 2 * bin_size + 2e-3  # the bound is not loose either
     first = {}
-    for k, d in enumerate(map(tuple, plan.offset_directions)):
+    for k, d in enumerate(map(tuple, classes)):
         first.setdefault(d, k)
-    assert all(first[tuple(plan.offset_directions[k])] == k for k in np.unique(table.offset_of_bin))
+    assert all(first[tuple(classes[k])] == k for k in np.unique(table.offset_of_bin))
     axes = np.concatenate([np.eye(ndim), -np.eye(ndim)]) * DIRECTION_SCALE
     np.testing.assert_array_equal(quantise_directions(axes.astype(np.int16), plan)[1], axes.astype(np.int16))
 
 
+@pytest.mark.parametrize("ndim, spacing", [(2, (1.0, 1.0)), (2, (1.0, 0.8)), (3, (2.0, 1.0, 1.0))])
+def test_small_radii_start_from_a_larger_balls_directions(ndim, spacing):
+    """Below ``INITIAL_RADIUS`` finest pixels the classes are the plan's offset directions (the
+    turn's, classes 0..K-1) then those of the ball of that radius that the plan lacks, so the
+    quantisation's bound is that radius's at every smaller one (2D radius 2 px alone: 8 offsets,
+    22.6 degrees); from that radius on, the plan's own directions only."""
+    from ivote.detect._cone_tables import INITIAL_RADIUS, class_directions, initial_directions
+
+    finest = min(spacing)
+    at = make_plan(INITIAL_RADIUS[ndim] * finest, spacing, ndim)
+    for radius in (1.5 * finest, 2.0 * finest, 3.0 * finest, 0.99 * INITIAL_RADIUS[ndim] * finest):
+        plan = make_plan(radius, spacing, ndim)
+        classes = class_directions(plan)
+        np.testing.assert_array_equal(classes[:len(plan.offsets)], plan.offset_directions)
+        own = {tuple(d) for d in plan.offset_directions}
+        extra = [tuple(d) for d in classes[len(plan.offsets):]]
+        assert not own & set(extra) and len(set(extra)) == len(extra)
+        assert extra or radius > 3 * finest  # the ball just under that radius may have no other direction
+        assert own | set(extra) == own | {tuple(d) for d in at.offset_directions}
+        assert initial_directions(plan).bound <= initial_directions(at).bound + 1e-9
+    if len(set(spacing)) == 1:  # isotropic: 7.2 degrees in 2D, 6.4 in 3D (22.6 and 28.2 from the plan's own)
+        assert initial_directions(make_plan(2.0 * finest, spacing, ndim)).bound < np.radians(8.0)
+    for radius in (INITIAL_RADIUS[ndim] * finest, 12.0 * finest):
+        plan = make_plan(radius, spacing, ndim)
+        np.testing.assert_array_equal(class_directions(plan), plan.offset_directions)
+
+
 def test_reference_voters_hold_quantised_gradient_directions():
-    """``prepare_voters``: each voter's direction is the offset direction that the table gives
-    its gradient direction (computed here from ``np.gradient``), so always one of the plan's."""
-    from ivote.detect._cone_tables import quantise_directions
+    """``prepare_voters``: each voter's direction is the class direction that the table gives
+    its gradient direction (computed here from ``np.gradient``), so always one of the classes'."""
+    from ivote.detect._cone_tables import class_directions, quantise_directions
 
     sample = synthetic_nuclei((64, 60), radius=6, seed=4)
     plan = make_plan(6.0, (1.0, 1.0), 2)
@@ -159,5 +188,5 @@ def test_reference_voters_hold_quantised_gradient_directions():
     gradient = -np.stack([gy.ravel()[voters], gx.ravel()[voters]], axis=1)
     own = np.rint(gradient / np.linalg.norm(gradient, axis=1, keepdims=True) * DIRECTION_SCALE).astype(np.int16)
     np.testing.assert_array_equal(directions, quantise_directions(own, plan)[1])
-    known = {tuple(d) for d in plan.offset_directions}
+    known = {tuple(d) for d in class_directions(plan)}
     assert len(voters) > 500 and all(tuple(d) in known for d in directions)

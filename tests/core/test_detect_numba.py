@@ -45,23 +45,28 @@ def test_numba_passes_equal_the_numpy_passes(index):
         np.testing.assert_array_equal(got, _reference.run_passes(image.copy(), plan, case["sign"]))
 
 
-@pytest.mark.parametrize("radius, spacing", [(6.0, (1.0, 1.0)), (9.1, (1.3, 1.3)), (4.0, (2.0, 0.5, 0.5))])
+@pytest.mark.parametrize("radius, spacing", [(6.0, (1.0, 1.0)), (9.1, (1.3, 1.3)), (4.0, (2.0, 0.5, 0.5)),
+                                             (2.0, (1.0, 1.0)), (2.5, (2.0, 1.0, 1.0))])
 def test_run_tables_hold_exactly_the_cones(radius, spacing):
-    """Every pass, the first included: the runs of class k are exactly the offsets passing
-    the float32 cone test of offset direction k (all offsets tested, not only its bin's),
-    in lexicographic order, each run consecutive offsets along one row."""
+    """Every pass, the first included: the runs of class c are exactly the offsets passing
+    the float32 cone test of class direction c (offset direction c, or at small radii a
+    larger ball's; all offsets tested, not only its bin's), in lexicographic order, each run
+    consecutive offsets along one row."""
     from ivote.detect import _run_tables
+    from ivote.detect._cone_tables import class_directions
 
     ndim = len(spacing)
     plan = make_plan(radius, spacing, ndim)
+    directions = class_directions(plan)
     everything = np.arange(len(plan.offsets))
+    checked = sorted(set(range(0, len(directions), 7)) | set(range(len(plan.offsets), len(directions), 3)))
     for p in range(plan.n_passes):
         starts, first, length = _run_tables.discrete_runs(radius, spacing, ndim, p)
-        assert len(starts) == len(plan.offsets) + 1 and np.all(length > 0)
-        hits = _run_tables._float32_hits(plan, plan.offset_directions, everything, plan.cos_half32[p])
-        for k in range(0, len(plan.offsets), 7):
+        assert len(starts) == len(directions) + 1 and np.all(length > 0)
+        hits = _run_tables._float32_hits(plan, directions, everything, plan.cos_half32[p])
+        for k in checked:
             items = slice(starts[k], starts[k + 1])
-            ks = np.concatenate([np.arange(f, f + n) for f, n in zip(first[items], length[items])])
+            ks = np.concatenate([np.arange(f, f + n) for f, n in zip(first[items], length[items])] + [everything[:0]])
             np.testing.assert_array_equal(ks, np.flatnonzero(hits[k]))
             for f, n in zip(first[items], length[items]):  # a run: one row, consecutive pixels
                 run = plan.offsets[f:f + n]

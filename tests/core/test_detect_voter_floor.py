@@ -63,8 +63,10 @@ def test_numba_voters_equal_the_reference_voters(shape, spacing, radius):
     order = np.argsort(got)
     assert np.array_equal(got[order], expected)
     assert np.array_equal(numba_weights[order].astype(np.int64), weights)
-    # each voter's class: the offset whose direction the reference's quantised direction is
-    np.testing.assert_array_equal(plan.offset_directions[classes[order]], directions)
+    # each voter's class: the class whose direction the reference's quantised direction is
+    from ivote.detect._cone_tables import class_directions
+
+    np.testing.assert_array_equal(class_directions(plan)[classes[order]], directions)
 
 
 def dim_nuclei_beside_a_speck(dim=0.2, speck=10.0, shape=(160, 160), radius=10.0, seed=3):

@@ -456,11 +456,12 @@ def test_gpu_graph_survives_emptied_caches():
 @pytest.mark.parametrize("shape, spacing, radius, sign", [
     ((96, 88), (1.0, 1.0), 12.0, 1.0), ((72, 64), (0.4, 0.4), 3.2, -1.0),
     ((20, 40, 44), (1.0, 1.0, 1.0), 8.0, 1.0), ((16, 40, 36), (2.0, 0.5, 0.5), 4.0, -1.0),
+    ((64, 60), (1.0, 1.0), 2.0, 1.0), ((12, 40, 36), (2.0, 1.0, 1.0), 2.5, -1.0),  # a larger ball's classes too
 ])
 def test_gpu_voters_equal_the_reference_voters(shape, spacing, radius, sign):
     """``ivote_voters`` against ``_reference.prepare_voters`` on the same float64 image: the
     same voters and weights, and the same initial directions bit for bit, quantised to the
-    plan's offset directions by the same table (``_cone_tables.initial_directions``); then
+    class directions by the same table (``_cone_tables.initial_directions``); then
     the same vote field after every pass."""
     from scipy import ndimage
 
@@ -481,7 +482,9 @@ def test_gpu_voters_equal_the_reference_voters(shape, spacing, radius, sign):
     np.testing.assert_array_equal(np.flatnonzero(gpu_weights), voters)
     np.testing.assert_array_equal(gpu_weights[voters].astype(np.int64), weights)
     np.testing.assert_array_equal(_backend.to_host(gpu_directions)[voters], directions)
-    known = {tuple(d) for d in plan.offset_directions}
+    from ivote.detect._cone_tables import class_directions
+
+    known = {tuple(d) for d in class_directions(plan)}
     assert len(voters) > 200 and all(tuple(d) in known for d in directions)
     votes = _cuda._passes(xp.asarray(gpu_weights.reshape(shape)), gpu_directions, plan, "int", None, kernels, xp)
     np.testing.assert_array_equal(_backend.to_host(votes), _reference.run_passes(smoothed.copy(), plan, sign))

@@ -36,7 +36,8 @@ import numpy as np
 from ._plan import VotingPlan, make_plan
 
 __all__ = [
-    "ConeTable", "InitialDirections", "check_packable", "cone_tables", "direction_bins", "initial_directions",
+    "ConeTable", "InitialDirections", "check_packable", "class_directions", "cone_tables", "direction_bins",
+    "initial_directions",
     "pack_offsets", "quantise_directions", "unpack_offsets",
 ]
 
@@ -195,6 +196,13 @@ def cone_tables(plan: VotingPlan, xp=np) -> tuple:
 # The voters' initial direction, quantised to an offset direction
 # ---------------------------------------------------------------------------
 
+INITIAL_RADIUS = {2: 5.0, 3: 8.0}
+"""Finest pixels: below this radius a plan's few offset directions lie too far apart to start a
+voter's first cone near its gradient (2D radius 2 px: 8 offsets, up to 22.6 degrees away; the
+F1 of 60 synthetic nuclei of that radius fell from 0.667 to 0.443), so the directions of the
+offsets of a ball of this radius (same spacing) are added as classes (``class_directions``):
+the bound is then that of this radius at any smaller one (2D: 7.2 degrees, 3D: 6.4)."""
+
 INITIAL_CELLS = {2: 256, 3: 64}
 """Bins per face axis of the map that quantises initial directions (2D: 1024 bins, each
 within 0.22 degrees of its centre; 3D: 24576 bins, within 1.3 degrees). The offsets' own
@@ -214,21 +222,49 @@ class InitialDirections:
     cells: int
     """Bins per face axis of the cube map (``direction_bins``)."""
     offset_of_bin: np.ndarray
-    """(n_bins,) int32: the offset k whose direction ``plan.offset_directions[k]`` replaces
-    every direction of the bin."""
+    """(n_bins,) int32: the class c whose direction ``class_directions(plan)[c]`` replaces
+    every direction of the bin (c < K: offset k's direction ``plan.offset_directions[k]``)."""
     bound: float
     """Radians: no direction is further than this from the offset direction it becomes."""
+
+
+def class_directions(plan: VotingPlan) -> np.ndarray:
+    """The voters' directions, one per class (memoized per plan; read-only (C, ndim) int16).
+
+    Classes 0..K-1 are the plan's offset directions (``plan.offset_directions``, the
+    directions the turn step gives: class k is offset k's). Below ``INITIAL_RADIUS``
+    finest pixels, the distinct directions of the offsets of a ball of that radius
+    (same spacing) that no offset of the plan has follow, in that ball's offset
+    order: a voter may start along one of them (:func:`initial_directions`) and keeps
+    it until its cone holds a vote. At larger radii C = K.
+    """
+    return _class_directions(plan.radius, plan.spacing, plan.ndim)
+
+
+@functools.lru_cache(maxsize=16)
+def _class_directions(radius: float, spacing: tuple, ndim: int) -> np.ndarray:
+    plan = make_plan(radius, spacing, ndim)
+    finest = min(spacing)
+    if radius / finest >= INITIAL_RADIUS[ndim] or len(plan.offsets) == 0:
+        return plan.offset_directions
+    ball = make_plan(INITIAL_RADIUS[ndim] * finest, spacing, ndim).offset_directions
+    known = {tuple(d) for d in plan.offset_directions}
+    extra = [d for d in dict.fromkeys(map(tuple, ball)) if d not in known]
+    directions = np.concatenate([plan.offset_directions, np.asarray(extra, dtype=np.int16).reshape(-1, ndim)])
+    directions.flags.writeable = False  # shared by every caller
+    return directions
 
 
 def initial_directions(plan: VotingPlan) -> InitialDirections:
     """The table that quantises the voters' initial directions (memoized per plan).
 
     Bin b of a cube map of ``INITIAL_CELLS[ndim]`` cells per face axis (the bins
-    ``direction_bins`` computes, in float32, as every backend) maps to the offset k
-    whose int16 direction ``plan.offset_directions[k]`` is nearest (largest cosine,
-    float64) the bin's centre direction, the first k on ties; colinear offsets share
+    ``direction_bins`` computes, in float32, as every backend) maps to the class c
+    whose int16 direction ``class_directions(plan)[c]`` (an offset direction of the
+    plan, or below ``INITIAL_RADIUS`` of a larger ball) is nearest (largest cosine,
+    float64) the bin's centre direction, the first c on ties; colinear offsets share
     their int16 direction, so which of them is taken changes nothing. ``bound`` is
-    the largest, over bins, of the angle between the centre and its offset direction
+    the largest, over bins, of the angle between the centre and its class direction
     plus the bin's angular radius (and ``MARGIN`` for float32 rounding).
     """
     return _initial_directions(plan.radius, plan.spacing, plan.ndim)
@@ -241,8 +277,8 @@ def _initial_directions(radius: float, spacing: tuple, ndim: int) -> InitialDire
     centres, radii = _bin_geometry(cells, ndim)
     if len(plan.offsets) == 0:  # radius under a pixel: nothing votes, nothing to turn to
         return InitialDirections(cells=cells, offset_of_bin=np.zeros(len(centres), np.int32), bound=math.pi)
-    # each distinct int16 direction once, at its first k (argmax keeps the first of equal cosines)
-    distinct, first_k = np.unique(plan.offset_directions, axis=0, return_index=True)
+    # each distinct int16 direction once, at its first class (argmax keeps the first of equal cosines)
+    distinct, first_k = np.unique(class_directions(plan), axis=0, return_index=True)
     order = np.argsort(first_k)
     distinct, first_k = distinct[order].astype(np.float64), first_k[order]
     unit = distinct / np.linalg.norm(distinct, axis=1, keepdims=True)
@@ -262,10 +298,10 @@ def _initial_directions(radius: float, spacing: tuple, ndim: int) -> InitialDire
 
 
 def quantise_directions(directions, plan: VotingPlan):
-    """(N, ndim) int16 directions -> (offset k (N,) int64, its int16 direction (N, ndim)),
+    """(N, ndim) int16 directions -> (class c (N,) int64, its int16 direction (N, ndim)),
     by :func:`initial_directions` (the directions unchanged when the plan has no offsets)."""
     table = initial_directions(plan)
     if len(plan.offsets) == 0:
         return np.zeros(len(directions), dtype=np.int64), np.asarray(directions, dtype=np.int16)
     ks = table.offset_of_bin[direction_bins(directions, table.cells, plan.ndim)].astype(np.int64)
-    return ks, plan.offset_directions[ks]
+    return ks, class_directions(plan)[ks]

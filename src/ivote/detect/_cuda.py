@@ -24,7 +24,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .._backend import BackendError, get_array_module, load_module, on_free_gpu_memory, to_host
-from ._cone_tables import ConeTable, check_packable, cone_tables, initial_directions, pack_offsets, unpack_offsets
+from ._cone_tables import (ConeTable, check_packable, class_directions, cone_tables, initial_directions, pack_offsets,
+                           unpack_offsets)
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions
 from ._plan import VotingPlan, _sum_in_order, make_plan
 from ._result import RawDetection
@@ -162,7 +163,8 @@ def _cone_limits(plan: VotingPlan, xp):
 
 def _initial_directions(plan: VotingPlan, xp) -> tuple:
     """``ivote_voters``' quantisation of the initial directions on the current GPU
-    (memoized): (cells, offset of each bin (int32), offset directions (K x ndim int16));
+    (memoized): (cells, class of each bin (int32), class directions (C x ndim int16,
+    ``_cone_tables.class_directions``));
     cells 0 where the plan has no offsets (nothing to quantise to)."""
     key = ("initial", plan.radius, plan.spacing, plan.ndim, xp.cuda.Device().id)
 
@@ -171,7 +173,7 @@ def _initial_directions(plan: VotingPlan, xp) -> tuple:
         if len(plan.offsets) == 0:
             return np.int32(0), xp.zeros(1, dtype=np.int32), xp.zeros((1, plan.ndim), dtype=np.int16)
         return (np.int32(table.cells), xp.asarray(np.ascontiguousarray(table.offset_of_bin, dtype=np.int32)),
-                xp.asarray(np.ascontiguousarray(plan.offset_directions, dtype=np.int16)))
+                xp.asarray(np.ascontiguousarray(class_directions(plan), dtype=np.int16)))
 
     return _memoized(key, build, xp)
 

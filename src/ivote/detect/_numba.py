@@ -59,7 +59,7 @@ from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
-from ._cone_tables import initial_directions
+from ._cone_tables import class_directions, initial_directions
 from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
@@ -570,7 +570,7 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    n_classes = len(plan.offsets)
+    n_classes = len(class_directions(plan))  # the offsets' directions, then (small radii) a larger ball's
     for index, (starts, step, end, first_read, last_read, item_k) in enumerate(passes):
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]

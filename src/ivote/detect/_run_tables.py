@@ -3,12 +3,14 @@ along rows, for the CPU's compiled passes (``_numba.py``).
 
 The bin tables of ``_cone_tables.py`` make a voter test about 1.3x (2D) to
 2x (3D) its cone, entry by entry, with a branch on each test. On the CPU no
-test is needed at all: **every voter's direction is one of the plan's offset
-directions** (``plan.offset_directions[k]``), from the first pass on (the
-initial direction is quantised to one, ``_cone_tables.initial_directions``)
-and after every turn (the turn step copies the direction of the offset it
-turns to). The cone of direction ``k`` in pass ``p`` is therefore a fixed set
-of offsets, found once per plan with the very float32 test the kernels make
+test is needed at all: **every voter's direction is one of a fixed set of
+class directions** (``_cone_tables.class_directions``: the plan's offset
+directions ``plan.offset_directions[k]``, class k, and below a radius of a
+few pixels those of a larger ball), from the first pass on (the initial
+direction is quantised to one, ``_cone_tables.initial_directions``) and after
+every turn (the turn step copies the direction of the offset it turns to).
+The cone of class ``c`` in pass ``p`` is therefore a fixed set of offsets,
+found once per plan with the very float32 test the kernels make
 (``discrete_runs``), and a voter walks exactly its cone.
 
 Cones are stored as *items* in lexicographic order of their first offset: a
@@ -16,8 +18,8 @@ run of ``length`` consecutive offsets along the last (contiguous) axis.
 Voting adds the weight along each run (a loop the compiler vectorises); the
 turn takes the maximum of each run, and keeps the first offset (lexicographic
 order) holding the largest vote, as the reference's tie-break. Item arrays:
-``starts`` ((K + 1,) int64: the items of class k are ``starts[k]`` ..
-``starts[k + 1]``), ``first`` ((items,) int64 offset index ``k`` of the item's
+``starts`` ((C + 1,) int64: the items of class c are ``starts[c]`` ..
+``starts[c + 1]``), ``first`` ((items,) int64 offset index ``k`` of the item's
 first offset), ``length`` ((items,) int64).
 """
 
@@ -27,7 +29,7 @@ import functools
 
 import numpy as np
 
-from ._cone_tables import direction_bins
+from ._cone_tables import class_directions, direction_bins
 from ._cpu import _hits, _tables
 from ._plan import make_plan
 from ._reference import _as_float32_axes
@@ -75,12 +77,14 @@ def _float32_hits(plan, directions, ks, cos_half):
 
 @functools.lru_cache(maxsize=16)
 def discrete_runs(radius: float, spacing: tuple, ndim: int, pass_index: int):
-    """The cone of every offset direction k (class k) in one pass, as untested
-    runs: ``(starts, first, length)``, exact by construction."""
+    """The cone of every class direction c (``class_directions``; c < K: offset
+    direction c) in one pass, as untested runs: ``(starts, first, length)``,
+    exact by construction."""
     plan = make_plan(radius, spacing, ndim)
+    directions = class_directions(plan)
     cos_half = plan.cos_half32[pass_index]
     cells, bin_starts, entry_k = _tables(radius, spacing, ndim)[pass_index]
-    bins = direction_bins(plan.offset_directions, cells, ndim)
+    bins = direction_bins(directions, cells, ndim)
     classes, ks = [], []
     for b in np.unique(bins):
         members = np.flatnonzero(bins == b)
@@ -88,11 +92,11 @@ def discrete_runs(radius: float, spacing: tuple, ndim: int, pass_index: int):
         step = max(1, _CHUNK // max(len(candidates), 1))
         for first in range(0, len(members), step):
             group = members[first:first + step]
-            rows, columns = np.nonzero(_float32_hits(plan, plan.offset_directions[group], candidates, cos_half))
+            rows, columns = np.nonzero(_float32_hits(plan, directions[group], candidates, cos_half))
             classes.append(group[rows])
             ks.append(candidates[columns])
     classes = np.concatenate(classes) if classes else np.zeros(0, np.int64)
     ks = np.concatenate(ks) if ks else np.zeros(0, np.int64)
     order = np.lexsort((ks, classes))
     classes, ks = classes[order], ks[order]
-    return _items(classes, ks, plan.offsets, len(plan.offsets))
+    return _items(classes, ks, plan.offsets, len(directions))
