@@ -20,9 +20,11 @@ Offsets are packed into one int32 per entry: ``dy, dx`` as two int16 in 2D,
 
 The same cube map, finer, quantises the voters' *initial* directions
 (:func:`initial_directions`): every backend replaces a voter's gradient
-direction by the offset direction ``plan.offset_directions[k]`` that the
+direction by the class direction (:func:`class_directions`: an offset
+direction ``plan.offset_directions[k]``, the directions the turn step gives
+anyway, or below a few pixels of radius one of a larger ball's) that the
 table gives its bin, so that from the first pass on every voter holds one of
-the plan's offset directions (the directions the turn step gives anyway).
+a fixed set of directions.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ from ._plan import VotingPlan, make_plan
 
 __all__ = [
     "ConeTable", "InitialDirections", "check_packable", "class_directions", "cone_tables", "direction_bins",
-    "initial_directions",
-    "pack_offsets", "quantise_directions", "unpack_offsets",
+    "initial_directions", "pack_offsets", "quantise_directions", "unpack_offsets",
 ]
 
 _PACK_LIMIT = {2: 32767, 3: 511}
@@ -193,7 +194,7 @@ def cone_tables(plan: VotingPlan, xp=np) -> tuple:
 
 
 # ---------------------------------------------------------------------------
-# The voters' initial direction, quantised to an offset direction
+# The voters' initial direction, quantised to a class direction
 # ---------------------------------------------------------------------------
 
 INITIAL_RADIUS = {2: 5.0, 3: 8.0}
@@ -225,7 +226,7 @@ class InitialDirections:
     """(n_bins,) int32: the class c whose direction ``class_directions(plan)[c]`` replaces
     every direction of the bin (c < K: offset k's direction ``plan.offset_directions[k]``)."""
     bound: float
-    """Radians: no direction is further than this from the offset direction it becomes."""
+    """Radians: no direction is further than this from the class direction it becomes."""
 
 
 def class_directions(plan: VotingPlan) -> np.ndarray:

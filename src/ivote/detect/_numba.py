@@ -12,15 +12,16 @@ into the passes' order); the blur and the local maxima are SciPy and NumPy on
 ranges of rows in parallel, so they add nothing to the first call's compile.
 
 Less work than the GPU's loop for the same votes (``_run_tables.py``): every
-voter's direction is one of the plan's offset directions (the initial one is
-quantised to one, ``_cone_tables.initial_directions``, as on every backend;
-every turn gives another), whose cone in each pass is a fixed list of runs of
+voter's direction is one of the class directions (``_cone_tables.class_directions``:
+the plan's offset directions, and below a few pixels of radius a larger ball's; the
+initial one is quantised to one, ``_cone_tables.initial_directions``, as on every
+backend; every turn gives an offset direction), whose cone in each pass is a fixed list of runs of
 pixels along rows, so no cone test is made at all. A voter adds its weight to
 a run as two marks of a difference array (+w at its start, -w after its end)
 that a running sum along each row turns into the vote field; the turn reads
 each run's largest vote in two reads of a sparse table of row maxima.
 
-Voters are handled by class (offset direction k): each pass, the voters of a
+Voters are handled by class (class direction c; c < K: offset direction c): each pass, the voters of a
 slab are sorted by class with a stable counting sort (``_regroup``), so the
 voters of a group walk the same list of runs: the vote runs run by run over
 the group's voters, the turn voter by voter over the same items, and no
@@ -59,7 +60,7 @@ from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
-from ._cone_tables import class_directions, initial_directions
+from ._cone_tables import initial_directions
 from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
@@ -188,7 +189,7 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
     1. ``row_start[r]`` = the number of voters of row r: pixels whose weight
        floor(|grad f| * scale + 0.5) is at least ``min_weight``.
     2. The voters of row r, from ``row_start[r]`` on: frame index, uint32 weight and
-       class: the offset k that quantises its initial direction (the int16 direction
+       class: the class c that quantises its initial direction (the int16 direction
        along (sign=+1) or against (-1) the gradient, length ~32767, whose bin in a
        cube map of ``cells`` per axis picks ``offset_of_bin``:
        ``_cone_tables.quantise_directions``).
@@ -570,13 +571,12 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    n_classes = len(class_directions(plan))  # the offsets' directions, then (small radii) a larger ball's
     for index, (starts, step, end, first_read, last_read, item_k) in enumerate(passes):
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, cls, last_starts, last_step,
                        last_first, last_last, last_k)
-        for_ranges(_regroup, n_slabs, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
+        for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, grouped, widths)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, starts, step, end)
         final = index == plan.n_passes - 1

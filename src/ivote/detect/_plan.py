@@ -59,7 +59,8 @@ class VotingPlan:
     """(K,) float32 length of each physical offset."""
     offset_directions: np.ndarray
     """(K, ndim) int16 direction a voter takes when it turns towards that offset (and, for the
-    nearest one, its initial direction: ``_cone_tables.initial_directions``)."""
+    nearest one, its initial direction, or below a few pixels of radius one of a larger
+    ball's: ``_cone_tables.initial_directions``)."""
     cone_angles: tuple
     """Full cone angle phi of each pass, radians: pi/2 halving until below atan(1/r)."""
     cos_half32: tuple
