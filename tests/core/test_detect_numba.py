@@ -314,8 +314,9 @@ def test_numba_detections_from_two_threads_at_once():
 
 @pytest.mark.parametrize("ndim", [2, 3])
 def test_direction_bin_equals_the_cone_tables_bins(ndim):
-    """``_numba._direction_bin`` (the bin that quantises a voter's initial direction) against
-    the NumPy ``direction_bins``, ties between components included (the first axis wins)."""
+    """``_numba._direction_bin`` (the bin that quantises a voter's initial direction, given as
+    integers) against the NumPy ``direction_bins`` of the float32 directions, ties between
+    components included (the first axis wins)."""
     from ivote.detect._cone_tables import direction_bins
 
     rng = np.random.default_rng(12)
@@ -324,6 +325,6 @@ def test_direction_bin_equals_the_cone_tables_bins(ndim):
     directions[200:300, -1] = -directions[200:300, 0]
     directions = directions[np.abs(directions).max(axis=1) > 0]
     for cells in (1, 3, 16):
-        got = [_numba._direction_bin(np.float32(d[0] if ndim == 3 else 0), np.float32(d[-2]), np.float32(d[-1]), cells,
-                                     ndim) for d in directions]
+        got = [_numba._direction_bin(int(d[0]) if ndim == 3 else 0, int(d[-2]), int(d[-1]), cells, ndim)
+               for d in directions]
         np.testing.assert_array_equal(got, direction_bins(directions, cells, ndim))

@@ -159,28 +159,49 @@ def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
+def _exact_inverse(h: float) -> float:
+    """1 / h where multiplying by it gives the quotient by h exactly (h a power of two, its
+    inverse a double: x * (1 / h) is then the real x / h, rounded once, as x / h), else 0."""
+    inverse = 1.0 / h if h != 0.0 else 0.0
+    return inverse if math.isfinite(inverse) and math.frexp(h)[0] == 0.5 and inverse * h == 1.0 else 0.0
+
+
+def _differences(spacing3):
+    """Per axis (z, y, x): the divisors of np.gradient's differences (edge: h, inside: 2h) and
+    their exact inverses (``_exact_inverse``: a multiplication instead of a division)."""
+    return np.array([(h, 2.0 * h, _exact_inverse(h), _exact_inverse(2.0 * h)) for h in spacing3])
+
+
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _steps(pos, n, stride, h):
     """np.gradient's difference (edge_order=1) at ``pos`` of an axis of ``n`` pixels as
-    ``(f[i + up] - f[i - down]) / d``: ``(up, down, d)`` (0 where n < 2: 0 / h is 0)."""
+    ``(f[i + up] - f[i - down]) / d``: ``(up, down, d, 1 / d or 0)`` (``h``: the axis' row
+    of ``_differences``; 0 steps where n < 2: 0 / h is 0)."""
     if n < 2:
-        return 0, 0, h
+        return 0, 0, h[0], h[2]
     if pos == 0:
-        return stride, 0, h
+        return stride, 0, h[0], h[2]
     if pos == n - 1:
-        return 0, stride, h
-    return stride, stride, 2.0 * h
+        return 0, stride, h[0], h[2]
+    return stride, stride, h[1], h[3]
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx):
+def _quotient(difference, d, inverse):
+    """difference / d, by the exact inverse where there is one (a division costs ~4x a product)."""
+    return difference * inverse if inverse != 0.0 else difference / d
+
+
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
+def _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, hx):
     """(gz, gy, gx) at pixel i, column x of its row (whose z and y steps are given)."""
-    ux, dx, hx = _steps(x, X, np.int64(1), sx)  # not the literal 1: one compiled _steps
-    return (f[i + uz] - f[i - dz]) / hz, (f[i + uy] - f[i - dy]) / hy, (f[i + ux] - f[i - dx]) / hx
+    ux, dx, dx_h, ix = _steps(x, X, np.int64(1), hx)  # not the literal 1: one compiled _steps
+    return (_quotient(f[i + uz] - f[i - dz], hz, iz), _quotient(f[i + uy] - f[i - dy], hy, iy),
+            _quotient(f[i + ux] - f[i - dx], dx_h, ix))
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight, f, Z, Y, X, sz, sy, sx, sign,
+def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight, f, Z, Y, X, differences, sign,
             frame_flat, weights, classes, PY, PX, wz, wy, wx, ndim, cells, offset_of_bin):
     """Rows first..last (of Z * Y), row by row (no index division per pixel), in three stages.
 
@@ -202,13 +223,13 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             row_start[r] = n
             continue
         z, y = r // Y, r % Y
-        uz, dz, hz = _steps(z, Z, X * Y, sz)
-        uy, dy, hy = _steps(y, Y, X, sy)
+        uz, dz, hz, iz = _steps(z, Z, X * Y, differences[0])
+        uy, dy, hy, iy = _steps(y, Y, X, differences[1])
         if stage == 0:
             top = 0.0
             for x in range(X):
                 i = r * X + x
-                gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx)
+                gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, differences[2])
                 magnitude[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
                 top = _max(top, magnitude[i])
             row_max[r] = top
@@ -221,11 +242,11 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             q = math.floor(m * scale + 0.5)
             if q < min_weight:
                 continue
-            gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, uy, dy, hy, sx)
+            gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, differences[2])
             ez = np.int16(np.rint(((sign * gz) / m) * 32767.0)) if ndim == 3 else np.int16(0)
             ey = np.int16(np.rint(((sign * gy) / m) * 32767.0))
             ex = np.int16(np.rint(((sign * gx) / m) * 32767.0))
-            classes[v] = offset_of_bin[_direction_bin(np.float32(ez), np.float32(ey), np.float32(ex), cells, ndim)]
+            classes[v] = offset_of_bin[_direction_bin(np.int64(ez), np.int64(ey), np.int64(ex), cells, ndim)]
             frame_flat[v] = base + x
             weights[v] = q
             v += 1
@@ -237,23 +258,26 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
 
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _direction_bin(az, ay, ax, cells, ndim):
-    """The cube-map bin of a float32 direction (2D: the square map of (ay, ax)),
-    the float32 operations of ``_cone_tables.direction_bins``."""
-    # the major axis: the first of the largest components (z, y, x; no z in 2D); the others in order
-    if ndim == 3 and abs(az) >= abs(ay) and abs(az) >= abs(ax):
-        face, major, first, second = 0, az, ay, ax
-    elif abs(ay) >= abs(ax):
-        face, major, first, second = 2 * (ndim - 2), ay, az, ax
-    else:
-        face, major, first, second = 2 * (ndim - 1), ax, az, ay
-    size = abs(major)
+def _direction_bin(ez, ey, ex, cells, ndim):
+    """The cube-map bin of an int16 direction given as integers (2D: the square map of
+    (ey, ex)), the float32 operations of ``_cone_tables.direction_bins`` (an int16 is
+    exact in float32, so the integers compare as the float32 components)."""
+    # the major axis: the first of the largest components (z, y, x; no z in 2D), the others in
+    # order; chosen on integers, which become selects where floats would become branches
+    on_z = (ndim == 3) & (abs(ez) >= abs(ey)) & (abs(ez) >= abs(ex))
+    on_y = (not on_z) & (abs(ey) >= abs(ex))
+    major = ez if on_z else (ey if on_y else ex)
+    first = ey if on_z else ez
+    second = ex if on_z | on_y else ey
+    face = 0 if on_z else (2 * (ndim - 2) if on_y else 2 * (ndim - 1))
+    size = np.float32(abs(major))
     half_cells = np.float32(0.5 * cells)
-    b = face + (1 if major < np.float32(0.0) else 0)
+    b = face + (1 if major < 0 else 0)
     if ndim == 3:
-        cell = int(math.floor((first / size + np.float32(1.0)) * half_cells))
+        cell = int(math.floor(np.float64((np.float32(first) / size + np.float32(1.0)) * half_cells)))
         b = b * cells + _min(_max(cell, 0), cells - 1)
-    cell = int(math.floor((second / size + np.float32(1.0)) * half_cells))
+    # floor of the float32 product, as float64 (exact): math.floor of a float32 calls libm's floorf
+    cell = int(math.floor(np.float64((np.float32(second) / size + np.float32(1.0)) * half_cells)))
     return b * cells + _min(_max(cell, 0), cells - 1)
 
 
@@ -532,12 +556,11 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     frame = _Frame(smoothed.shape, plan) if frame is None else frame
     quantise = initial_directions(plan)
     Z, Y, X = _shape3(smoothed.shape)
-    sz, sy, sx = _spacing3(plan.spacing)
     (_, PY, PX), (wz, wy, wx) = frame.padded3()
     flat = smoothed.reshape(-1)
     magnitude, row_max, row_counts = np.empty(flat.size), np.zeros(Z * Y), np.zeros(Z * Y, dtype=np.int64)
     frame_flat, weights, classes = np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32)
-    image_args = (flat, Z, Y, X, sz, sy, sx, float(sign))
+    image_args = (flat, Z, Y, X, _differences(_spacing3(plan.spacing)), float(sign))
     frame_args = (PY, PX, wz, wy, wx, plan.ndim, quantise.cells, quantise.offset_of_bin)
     for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, frame_flat, weights, classes,
                *frame_args, grain=8)
