@@ -189,13 +189,15 @@ def _differences(spacing3):
 def _steps(pos, n, stride, h):
     """np.gradient's difference (edge_order=1) at ``pos`` of an axis of ``n`` pixels as
     ``(f[i + up] - f[i - down]) / d``: ``(up, down, d, 1 / d or 0)`` (``h``: the axis' row
-    of ``_differences``; 0 steps where n < 2: 0 / h is 0)."""
+    of ``_differences``; 0 steps where n < 2: 0 / h is 0). Steps of the type of ``stride``
+    (uint64: unsigned indices need no test for Python's negative indexing)."""
+    zero = stride - stride
     if n < 2:
-        return 0, 0, h[0], h[2]
+        return zero, zero, h[0], h[2]
     if pos == 0:
-        return stride, 0, h[0], h[2]
+        return stride, zero, h[0], h[2]
     if pos == n - 1:
-        return 0, stride, h[0], h[2]
+        return zero, stride, h[0], h[2]
     return stride, stride, h[1], h[3]
 
 
@@ -207,8 +209,8 @@ def _quotient(difference, d, inverse):
 
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, hx):
-    """(gz, gy, gx) at pixel i, column x of its row (whose z and y steps are given)."""
-    ux, dx, dx_h, ix = _steps(x, X, np.int64(1), hx)  # not the literal 1: one compiled _steps
+    """(gz, gy, gx) at pixel i (uint64), column x of its row (whose z and y steps are given)."""
+    ux, dx, dx_h, ix = _steps(x, X, np.uint64(1), hx)
     return (_quotient(f[i + uz] - f[i - dz], hz, iz), _quotient(f[i + uy] - f[i - dy], hy, iy),
             _quotient(f[i + ux] - f[i - dx], dx_h, ix))
 
@@ -236,12 +238,12 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             row_start[r] = n
             continue
         z, y = r // Y, r % Y
-        uz, dz, hz, iz = _steps(z, Z, X * Y, differences[0])
-        uy, dy, hy, iy = _steps(y, Y, X, differences[1])
+        uz, dz, hz, iz = _steps(z, Z, np.uint64(X * Y), differences[0])
+        uy, dy, hy, iy = _steps(y, Y, np.uint64(X), differences[1])
         if stage == 0:
             top = 0.0
             for x in range(X):
-                i = r * X + x
+                i = np.uint64(r * X + x)
                 gz, gy, gx = _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, differences[2])
                 magnitude[i] = math.sqrt((gz * gz + gy * gy) + gx * gx)
                 top = _max(top, magnitude[i])
@@ -250,7 +252,7 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
         v = row_start[r]
         base = ((z + wz) * PY + (y + wy)) * PX + wx
         for x in range(X):
-            i = r * X + x
+            i = np.uint64(r * X + x)
             m = magnitude[i]
             q = math.floor(m * scale + 0.5)
             if q < min_weight:
