@@ -249,7 +249,7 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
                 top = _max(top, magnitude[i])
             row_max[r] = top
             continue
-        v = row_start[r]
+        v = np.uint64(row_start[r])
         base = ((z + wz) * PY + (y + wy)) * PX + wx
         for x in range(X):
             i = np.uint64(r * X + x)
@@ -261,10 +261,10 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             ez = np.int16(np.rint(((sign * gz) / m) * 32767.0)) if ndim == 3 else np.int16(0)
             ey = np.int16(np.rint(((sign * gy) / m) * 32767.0))
             ex = np.int16(np.rint(((sign * gx) / m) * 32767.0))
-            classes[v] = offset_of_bin[_direction_bin(np.int64(ez), np.int64(ey), np.int64(ex), cells, ndim)]
+            classes[v] = offset_of_bin[np.uint64(_direction_bin(np.int64(ez), np.int64(ey), np.int64(ex), cells, ndim))]
             frame_flat[v] = base + x
             weights[v] = q
-            v += 1
+            v += np.uint64(1)
 
 
 # ---------------------------------------------------------------------------
