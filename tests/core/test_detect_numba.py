@@ -73,29 +73,67 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
                 assert np.all(run[:, :-1] == run[0, :-1]) and np.all(np.diff(run[:, -1]) == 1)
 
 
-def test_regroup_sorts_each_slab_by_class_keeping_flat_order():
+def _records(grouped):
+    """(frame index, weight, class) of every record, either layout (``_numba._class_of``)."""
+    n = len(grouped)
+    return (grouped[:, _numba._FRAME].astype(np.int64),
+            np.array([_numba._weight_of(grouped, v) for v in range(n)], dtype=np.int64),
+            np.array([_numba._class_of(grouped, v) for v in range(n)], dtype=np.int64))
+
+
+@pytest.mark.parametrize("columns, dtype", [(2, np.uint32), (3, np.uint64)])
+def test_regroup_sorts_each_slab_by_class_keeping_flat_order(columns, dtype):
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
-    (a stable counting sort), each a record of its frame index, weight, index and class, and each
-    slab's largest group (the vote's and turn's scratch size)."""
+    (a stable counting sort), each a record of its frame index, weight and class, and each
+    slab's largest group (the vote's and turn's scratch size); then ``_regroup_records``,
+    after some records' classes changed (as a turn changes them), groups the records by
+    their new class, each slab's records the same ones, and the new largest group."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
     n = slab_starts[-1]
     cls = rng.integers(0, n_classes, n).astype(np.int32)
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
-    weights = rng.integers(1, 1000, n).astype(np.uint32)
-    grouped = np.empty((n, 4), np.uint32)
+    weights = rng.integers(1, 65535, n).astype(np.uint32)
+    grouped = np.empty((n, columns), dtype)
     widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
     _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
-    perm = grouped[:, _numba._VOTER]
+    frames, got_weights, classes = _records(grouped)
+    perm = np.searchsorted(frame_flat, frames)  # frame indices are unique: which voter each record holds
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
-        expected = a + np.argsort(cls[a:b], kind="stable")
-        np.testing.assert_array_equal(perm[a:b], expected)
-        sizes = np.bincount(cls[a:b], minlength=n_classes)
-        assert widths[slab] == sizes.max()
-    np.testing.assert_array_equal(grouped[:, _numba._CLASS], cls[perm])
-    np.testing.assert_array_equal(grouped[:, _numba._FRAME], frame_flat[perm])
-    np.testing.assert_array_equal(grouped[:, _numba._WEIGHT], weights[perm])
+        np.testing.assert_array_equal(perm[a:b], a + np.argsort(cls[a:b], kind="stable"))
+        assert widths[slab] == np.bincount(cls[a:b], minlength=n_classes).max()
+    np.testing.assert_array_equal(classes, cls[perm])
+    np.testing.assert_array_equal(got_weights, weights[perm])
+
+    changed = rng.random(n) < 0.3
+    new_class = rng.integers(0, n_classes, n)
+    for v in np.flatnonzero(changed):
+        _numba._set_class(grouped, v, new_class[v])
+    before = _records(grouped)
+    assert np.array_equal(before[0], frames) and np.array_equal(before[1], got_weights)  # only classes changed
+    regrouped = np.empty_like(grouped)
+    _numba._regroup_records(0, len(slab_starts) - 1, slab_starts, n_classes, grouped, regrouped, widths)
+    after = _records(regrouped)
+    for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
+        assert np.all(np.diff(after[2][a:b]) >= 0)  # grouped by class
+        same = [sorted(zip(*(column[a:b] for column in records))) for records in (before, after)]
+        assert same[0] == same[1]  # the slab's records, each whole
+        assert b == a or widths[slab] == np.bincount(after[2][a:b], minlength=n_classes).max()
+
+
+@pytest.mark.parametrize("index", [0, 3])
+def test_wide_records_give_the_same_votes(monkeypatch, index):
+    """Records too large to pack (frames of 2**32 pixels or more, over 2**16 classes) are
+    three uint64 columns: the same vote field."""
+    case = PASS_CASES[index]
+    image = _smoothed(case, seed=60 + index)
+    plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
+    packed = _numba.run_passes(image.copy(), plan, case["sign"])
+    layouts = []
+    monkeypatch.setattr(_numba, "_record_layout", lambda *args: layouts.append(args) or (3, np.uint64))
+    np.testing.assert_array_equal(_numba.run_passes(image.copy(), plan, case["sign"]), packed)
+    assert len(layouts) == 1 and packed.sum() > 0
 
 
 @pytest.mark.parametrize("shape, half_width", [
