@@ -368,3 +368,46 @@ def test_direction_bin_equals_the_cone_tables_bins(ndim):
         got = [_numba._direction_bin(int(d[0]) if ndim == 3 else 0, int(d[-2]), int(d[-1]), cells, ndim)
                for d in directions]
         np.testing.assert_array_equal(got, direction_bins(directions, cells, ndim))
+
+
+@pytest.mark.parametrize("radius, spacing, pass_index", [(12.0, (1.0, 1.0), 5), (6.0, (1.0, 1.0), 2),
+                                                         (4.0, (2.0, 0.5, 0.5), 4)])
+def test_pixel_pairs_list_each_cone_pixel_once_in_order(radius, spacing, pass_index):
+    """``_run_tables.pixel_pairs``: class c's pairs, then its odd pixel, are its runs' pixels in order."""
+    from ivote.detect import _run_tables
+
+    starts, first, length = _run_tables.discrete_runs(radius, spacing, len(spacing), pass_index)
+    bounds, a, b = _run_tables.pixel_pairs(starts, first, length)
+    n_classes = len(starts) - 1
+    assert len(bounds) == 2 * n_classes + 1 and bounds[0] == 0 and np.all(np.diff(bounds) >= 0)
+    for c in range(n_classes):
+        items = slice(starts[c], starts[c + 1])
+        pixels = np.concatenate([np.arange(f, f + n) for f, n in zip(first[items], length[items])] + [first[:0]])
+        pairs = slice(bounds[2 * c], bounds[2 * c + 1])
+        odd = slice(bounds[2 * c + 1], bounds[2 * c + 2])
+        assert bounds[2 * c + 2] - bounds[2 * c + 1] == len(pixels) % 2
+        np.testing.assert_array_equal(np.stack([a[pairs], b[pairs]], axis=1).reshape(-1), pixels[:len(pixels) // 2 * 2])
+        np.testing.assert_array_equal(a[odd], pixels[len(pixels) // 2 * 2:])
+
+
+@pytest.fixture
+def fresh_entries():
+    _numba._entries.cache_clear()
+    yield
+    _numba._entries.cache_clear()  # no tables of a patched _DIRECT_BELOW left behind
+
+
+@pytest.mark.parametrize("direct_below", [0.0, float("inf")])
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_numba_passes_as_runs_or_pixel_pairs_equal_numpy(monkeypatch, fresh_entries, direct_below, index):
+    """Every pass voted as marks of runs (``_DIRECT_BELOW`` 0) or as pixels added in pairs
+    (infinite): the same field as the NumPy path."""
+    monkeypatch.setattr(_numba, "_DIRECT_BELOW", direct_below)
+    case = PASS_CASES[index]
+    image = _smoothed(case, seed=80 + index)
+    plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
+    frame = _numba._Frame(image.shape, plan)
+    passes = _numba._entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
+    assert {vote[3] for _, _, vote, _, _, _ in passes} == {direct_below > 1}  # vote[3]: direct
+    got = _numba.run_passes(image.copy(), plan, case["sign"])
+    np.testing.assert_array_equal(got, _cpu.run_passes(image.copy(), plan, case["sign"]))

@@ -19,20 +19,23 @@ initial one is quantised to one, ``_cone_tables.initial_directions``, as on ever
 backend; every turn gives an offset direction), whose cone in each pass is a fixed list of runs of
 pixels along rows, so no cone test is made at all. A voter adds its weight to
 a run as two marks of a difference array (+w at its start, -w after its end)
-that a running sum along each row turns into the vote field; the turn reads
-each run's largest vote in two reads of a sparse table of row maxima.
+that a running sum along each row turns into the vote field; in the narrow
+passes, where most runs are one pixel, it adds it straight into each pixel, two
+pixels an item, and the field is the marks themselves (``_vote_items``). The
+turn reads each run's largest vote in two reads of a sparse table of row maxima.
 
 Voters are handled by class (class direction c; c < K: offset direction c): each pass, the voters of a
 slab are sorted by class with a stable counting sort (``_regroup``), so the
-voters of a group walk the same list of runs: the vote runs run by run over
-the group's voters, the turn voter by voter over the same items, and no
+voters of a group walk the same list of runs: the vote runs item by item (four
+at a time) over the group's voters, the turn voter by voter over the same items, and no
 loop's length changes from one voter to the next (a short loop whose length
 the branch predictor cannot guess cost more than the marks themselves:
 measured 3x on the votes of the later passes).
 
 Races: a voter marks pixels within ``plan.window`` of it (one more along the
-last axis). The image is cut into slabs at least twice the window thick along
-its first axis (2D), or its first two (3D); slabs of the same parity (2D) or
+last axis; a direct pass adds to its cone's pixels alone). The image is cut
+into slabs at least twice the window thick along its first axis (2D), or its
+first two (3D); slabs of the same parity (2D) or
 parity pair (3D) never mark the same pixel, so each colour's slabs run in
 parallel straight into one array: no atomics, no per-thread copies to reduce.
 
@@ -65,7 +68,7 @@ from ._cone_tables import initial_directions
 from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
-from ._run_tables import discrete_runs, split_runs
+from ._run_tables import discrete_runs, pixel_pairs, split_runs
 
 _FRAME, _WEIGHT, _CLASS = 0, 1, 2
 """Columns of a voter's record in the order of the passes (``_regroup``): frame index, weight,
@@ -418,41 +421,95 @@ def _group_end(grouped, v, b):
     return e
 
 
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy", inline="always")
+def _mark(marks, frames, weights, m, s, f, at_end):
+    """One item of the m voters of a group: +w at frame index + ``s``, and
+    ``at_end`` * w at + ``f``: -w after a run (``at_end`` 2**32 - 1), +w at a
+    direct pass's second pixel (``at_end`` 1)."""
+    for j in range(m):
+        w = weights[j]
+        t = frames[j]
+        marks[t + s] += w
+        marks[t + f] += w * at_end
+
+
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")  # LLVM inlines it
+def _add_two(marks, t, w, u, s0, f0, s1, f1):
+    """Two items of the voter at frame index t: +w at t + s, u at t + f (``_mark``)."""
+    marks[t + s0] += w
+    marks[t + f0] += u
+    marks[t + s1] += w
+    marks[t + f1] += u
+
+
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy", inline="always")
+def _mark2(marks, frames, weights, m, step, end, item, at_end):
+    """Items item, item + 1 of the m voters of a group (as ``_mark``) in one loop."""
+    s0, s1, f0, f1 = step[item], step[item + 1], end[item], end[item + 1]
+    for j in range(m):
+        w = weights[j]
+        _add_two(marks, frames[j], w, w * at_end, s0, f0, s1, f1)
+
+
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy", inline="always")
+def _mark4(marks, frames, weights, m, step, end, item, at_end):
+    """Items item .. item + 3 of the m voters of a group (as ``_mark``) in one
+    loop: one read of a voter's frame index and weight for eight marks
+    (measured: votes 14% (2D) and 30% (3D) sooner than an item a loop)."""
+    s0, s1, f0, f1 = step[item], step[item + 1], end[item], end[item + 1]
+    s2, s3, f2, f3 = step[item + 2], step[item + 3], end[item + 2], end[item + 3]
+    for j in range(m):
+        w = weights[j]
+        t = frames[j]
+        u = w * at_end
+        _add_two(marks, t, w, u, s0, f0, s1, f1)
+        _add_two(marks, t, w, u, s2, f2, s3, f3)
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, starts, step, end):
+def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, grouped, bounds, step, end, direct):
     """Slabs first..last of one colour (run in parallel: they mark disjoint pixels).
 
-    Each voter adds its weight to every pixel of its cone, as the marks of a
-    difference array along rows (+w where a run starts, -w after it ends). The
-    voters of a slab come grouped by class (``_regroup``): offset direction k,
-    whose cone is a fixed list of runs (items ``starts[k]`` .. ``starts[k + 1]``),
-    so the loop runs item by item over the group's voters (no branch on the
-    voter, no test).
+    Each voter adds its weight to every pixel of its cone. The voters of a slab
+    come grouped by class (``_regroup``): class direction c, whose cone is a
+    fixed list of items (``_vote_items``), so the loop runs item by item (four
+    at a time, ``_mark4``, then two, then one) over the group's voters (no branch on the voter, no
+    test). Items ``bounds[2c]`` .. ``bounds[2c + 1]`` are two marks each: of a
+    difference array along rows (+w at ``step``, -w at ``end``, after the
+    run), or, in a ``direct`` pass, two pixels the weight is added to
+    (``_run_tables.pixel_pairs``); items ``bounds[2c + 1]`` .. ``bounds[2c + 2]``
+    (a direct pass's odd pixel) add it to one pixel.
     """
     widest = 0  # the largest group (a slab can hold millions of voters)
     for slab_index in range(first_slab, last_slab):
         widest = _max(widest, widths[colour_slabs[slab_index]])
     frames, weights = _empty(widest, np.uint64), _empty(widest, np.uint32)  # the group's, in a row
+    at_end = np.uint32(1) if direct else np.uint32(0xFFFFFFFF)  # w * at_end: +w, or -w (mod 2**32)
     for slab_index in range(first_slab, last_slab):
         slab = colour_slabs[slab_index]
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
         while v < b:
             c = _class_of(grouped, v)
-            e = _group_end(grouped, v, b)
-            m = e - v
-            for j in range(m):
-                frames[j] = grouped[v + j, _FRAME]
-                weights[j] = _weight_of(grouped, v + j)
-            for item in range(starts[c], starts[c + 1]):
+            m = 0  # the group's voters, read once (no _group_end first)
+            while v + m < b and _class_of(grouped, v + m) == c:
+                frames[m] = grouped[v + m, _FRAME]
+                weights[m] = _weight_of(grouped, v + m)
+                m += 1
+            item, last = bounds[2 * c], bounds[2 * c + 1]
+            while item + 4 <= last:
+                _mark4(marks, frames, weights, m, step, end, item, at_end)
+                item += 4
+            if item + 2 <= last:
+                _mark2(marks, frames, weights, m, step, end, item, at_end)
+                item += 2
+            if item < last:
+                _mark(marks, frames, weights, m, step[item], end[item], at_end)
+            for item in range(bounds[2 * c + 1], bounds[2 * c + 2]):
                 s = step[item]
-                f = end[item]
                 for j in range(m):
-                    w = weights[j]
-                    t = frames[j]
-                    marks[t + s] += w
-                    marks[t + f] -= w
-            v = e
+                    marks[frames[j] + s] += weights[j]
+            v += m
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
@@ -513,10 +570,11 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _scan_rows(first, last, marks, tops, PZ, PY, PX, wz, wy, wx):
+def _scan_rows(first, last, marks, direct, tops, PZ, PY, PX, wz, wy, wx):
     """The vote field ``tops[0]`` from the marks (a running sum along each row:
-    runs never leave their row, see ``_Frame``), 0 outside the image (votes
-    that left it are dropped); the marks zeroed for the next pass. ``tops[l]``,
+    runs never leave their row, see ``_Frame``; after a ``direct`` pass, the
+    marks themselves), 0 outside the image (votes that left it are dropped);
+    the marks zeroed for the next pass. ``tops[l]``,
     l >= 1: the largest vote of the 2**l pixels from each pixel on (a sparse
     table: a run's largest vote is two reads)."""
     votes = tops[0]
@@ -530,11 +588,16 @@ def _scan_rows(first, last, marks, tops, PZ, PY, PX, wz, wy, wx):
             for i in range(base, base + PX):
                 marks[i] = 0
             continue
-        total = np.uint32(0)
-        for i in range(base, base + PX):
-            total += marks[i]
-            votes[i] = total
-            marks[i] = 0
+        if direct:
+            for i in range(base, base + PX):
+                votes[i] = marks[i]
+                marks[i] = 0
+        else:
+            total = np.uint32(0)
+            for i in range(base, base + PX):
+                total += marks[i]
+                votes[i] = total
+                marks[i] = 0
         for x in range(wx):
             votes[base + x] = 0
             votes[base + PX - 1 - x] = 0
@@ -556,28 +619,49 @@ def _unsigned(index):
 
 @functools.lru_cache(maxsize=8)
 def _entries(radius: float, spacing: tuple, ndim: int, padded_shape: tuple):
-    """Per pass: the run table in frame steps, ``(starts, step, end, first read,
+    """Per pass: the run table in frame steps, ``(starts, step, vote, first read,
     last read, k)``: the items of class k (offset direction k, the cone
     ``_run_tables.discrete_runs`` lists) are ``starts[k]`` .. ``starts[k + 1]``,
-    runs of at most ``2 ** (_TOP_LEVELS + 1)`` pixels from offset ``k`` on. Steps,
-    ends (step + length) and the two reads of a run's largest vote in the flat
-    sparse table (level * frame size + step) are unsigned (``_unsigned``)."""
+    runs of at most ``2 ** (_TOP_LEVELS + 1)`` pixels from offset ``k`` on. Steps
+    and the two reads of a run's largest vote in the flat sparse table (level *
+    frame size + step) are unsigned (``_unsigned``). ``vote``: ``_vote``'s items
+    (``_vote_items``)."""
     plan = make_plan(radius, spacing, ndim)
     size = math.prod(padded_shape)
     strides = np.cumprod((padded_shape[1:] + (1,))[::-1])[::-1]
     steps_all = plan.offsets @ np.asarray(strides, dtype=np.int64)
     passes = []
     for index in range(plan.n_passes):
-        item_starts, item_k, item_len = split_runs(*discrete_runs(radius, spacing, ndim, index),
-                                                   2 ** (_TOP_LEVELS[ndim] + 1))
+        runs = discrete_runs(radius, spacing, ndim, index)
+        item_starts, item_k, item_len = split_runs(*runs, 2 ** (_TOP_LEVELS[ndim] + 1))
         item_level = np.zeros(len(item_len), dtype=np.int64)
         item_level[item_len > 1] = np.ceil(np.log2(item_len[item_len > 1])).astype(np.int64) - 1  # 2 reads cover it
         step = steps_all[item_k]
         reads = item_level * size + step  # the run's largest vote: max(tops[first], tops[last]) of the flat table
         last = reads + np.maximum(item_len - (1 << item_level), 0)
-        passes.append((item_starts, _unsigned(step), _unsigned(step + item_len), _unsigned(reads), _unsigned(last),
-                       item_k))
+        vote = _vote_items(*runs, steps_all)  # runs uncut: two marks whatever their length
+        passes.append((item_starts, _unsigned(step), vote, _unsigned(reads), _unsigned(last), item_k))
     return tuple(passes)
+
+
+_DIRECT_BELOW = 1.5
+"""Pixels per run under which a pass adds weights pixel by pixel (two per item, one
+read-modify-write each) rather than as two marks a run: 2D radius 12's last two
+passes (1.3 and 1.2 pixels a run; 2.0 in the pass before, where both loops are as long)."""
+
+
+def _vote_items(starts, first, length, steps_all):
+    """``_vote``'s items of one pass from its runs (``_run_tables.discrete_runs``),
+    ``(bounds, step, end, direct)``: the runs as marks of a difference array
+    (``bounds``: ``starts`` with each class's empty second range), or, with
+    fewer than ``_DIRECT_BELOW`` pixels a run, the pixels in pairs
+    (``_run_tables.pixel_pairs``, ``direct``). Frame steps unsigned (``_unsigned``)."""
+    direct = bool(length.sum() < _DIRECT_BELOW * len(length))
+    if direct:
+        bounds, a, b = pixel_pairs(starts, first, length)
+        return bounds, _unsigned(steps_all[a]), _unsigned(steps_all[b]), direct
+    step = steps_all[first]
+    return np.repeat(starts, 2)[1:], _unsigned(step), _unsigned(step + length), direct
 
 
 def _colours(row_counts, rows_shape, plan: VotingPlan):
@@ -699,7 +783,7 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    for index, (starts, step, end, first_read, last_read, item_k) in enumerate(passes):
+    for index, (starts, step, vote, first_read, last_read, item_k) in enumerate(passes):
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, last_starts, last_step,
@@ -709,9 +793,9 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
         else:
             for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, grouped, widths)
         for slabs in colours:
-            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, starts, step, end)
+            for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, *vote)
         final = index == plan.n_passes - 1
-        for_ranges(_scan_rows, PZ * PY, marks, tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
+        for_ranges(_scan_rows, PZ * PY, marks, vote[3], tops[:1] if final else tops, PZ, PY, PX, wz, wy, wx, grain=8)
         if iter_callback is not None:
             iter_callback(index, plan.n_passes)
     votes = tops[0]

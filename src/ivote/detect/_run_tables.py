@@ -21,6 +21,12 @@ order) holding the largest vote, as the reference's tie-break. Item arrays:
 ``starts`` ((C + 1,) int64: the items of class c are ``starts[c]`` ..
 ``starts[c + 1]``), ``first`` ((items,) int64 offset index ``k`` of the item's
 first offset), ``length`` ((items,) int64).
+
+In the narrow passes most runs are a single pixel (2D radius 12: 80% and 94% of
+the items of the last two passes), which the difference array marks twice (+w,
+then -w after it). There a voter adds its weight straight into each pixel
+instead, two pixels per item (``pixel_pairs``); the pass's scan then copies the
+field rather than summing it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ._cpu import _hits, _tables
 from ._plan import make_plan
 from ._reference import _as_float32_axes
 
-__all__ = ["discrete_runs", "split_runs"]
+__all__ = ["discrete_runs", "pixel_pairs", "split_runs"]
 
 _CHUNK = 1 << 22  # class x offset tests per block
 
@@ -66,6 +72,30 @@ def split_runs(starts, first, length, longest: int):
     new_length = np.minimum(longest, length[index] - within * longest)
     new_starts = np.concatenate([[0], np.cumsum(pieces)])[starts]
     return new_starts, new_first, new_length
+
+
+def pixel_pairs(starts, first, length):
+    """The same cones pixel by pixel, two pixels an item: ``(bounds, a, b)``.
+
+    Class c's pixels (offset indices, in the items' order) are paired in turn:
+    ``a[i], b[i]`` for items ``bounds[2c]`` .. ``bounds[2c + 1]``; an odd last
+    pixel is the one item ``bounds[2c + 1]`` .. ``bounds[2c + 2]`` (``a`` only,
+    ``b`` repeats it). ``bounds``: (2C + 1,) int64; ``a``, ``b``: int64.
+    """
+    n_classes = len(starts) - 1
+    pixel_class = np.repeat(np.repeat(np.arange(n_classes), np.diff(starts)), length)
+    within = np.arange(len(pixel_class)) - np.repeat(np.cumsum(length) - length, length)
+    pixel_k = np.repeat(first, length) + within
+    per_class = np.bincount(pixel_class, minlength=n_classes)
+    rank = np.arange(len(pixel_k)) - np.repeat(np.cumsum(per_class) - per_class, per_class)
+    heads = np.flatnonzero(rank % 2 == 0)  # each pair's first pixel, or the odd last one
+    lone = rank[heads] + 1 == per_class[pixel_class[heads]]
+    a = pixel_k[heads]
+    b = pixel_k[np.where(lone, heads, heads + 1)]
+    # pairs of class c, then its odd pixel: (class, lone) is already ascending
+    bounds = np.zeros(2 * n_classes + 1, dtype=np.int64)
+    np.add.at(bounds, 2 * pixel_class[heads] + lone + 1, 1)
+    return np.cumsum(bounds), a.astype(np.int64), b.astype(np.int64)
 
 
 def _float32_hits(plan, directions, ks, cos_half):
