@@ -455,7 +455,8 @@ def _mark2(marks, frames, weights, m, step, end, item, at_end):
 def _mark4(marks, frames, weights, m, step, end, item, at_end):
     """Items item .. item + 3 of the m voters of a group (as ``_mark``) in one
     loop: one read of a voter's frame index and weight for eight marks
-    (measured: votes 14% (2D) and 30% (3D) sooner than an item a loop)."""
+    (measured, one thread: 2D 1024² votes 5%, 3D 96³ 6% sooner than an item a
+    loop; 15% and 30% with the 16-byte records before the packed ones)."""
     s0, s1, f0, f1 = step[item], step[item + 1], end[item], end[item + 1]
     s2, s3, f2, f3 = step[item + 2], step[item + 3], end[item + 2], end[item + 3]
     for j in range(m):
