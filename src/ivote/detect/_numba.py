@@ -824,6 +824,26 @@ def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None) -> n
 # ---------------------------------------------------------------------------
 
 
+@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
+def _box_low(s, z0, z1, y0, y1, x0, x1, sign):
+    """The minimum of sign * float32(s) over the box [z0, z1) x [y0, y1) x [x0, x1):
+    sign * float32 of s's minimum (sign > 0) or maximum (rounding to float32 keeps the
+    order), one comparison per pixel."""
+    if sign > 0:
+        low = np.inf
+        for qz in range(z0, z1):
+            for qy in range(y0, y1):
+                for qx in range(x0, x1):
+                    low = _min(low, s[qz, qy, qx])
+        return sign * np.float32(low)
+    high = -np.inf
+    for qz in range(z0, z1):
+        for qy in range(y0, y1):
+            for qx in range(x0, x1):
+                high = _max(high, s[qz, qy, qx])
+    return sign * np.float32(high)
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _contrast_numerators(first, last, out, s, points, wz, wy, wx, sign, ring, part, whole, depth):
     """Cells first..last (``points``: (N, 3) z, y, x; Z = 1 in 2D): sign*s at the
@@ -839,16 +859,11 @@ def _contrast_numerators(first, last, out, s, points, wz, wy, wx, sign, ring, pa
         hz = _min(wz, _min(z, Z - 1 - z))
         hy = _min(wy, _min(y, Y - 1 - y))
         hx = _min(wx, _min(x, X - 1 - x))
-        deepest = np.float32(np.inf)  # the window clipped to the image
-        lowest = np.float32(np.inf)  # the window clipped symmetrically
-        for qz in range(_max(z - wz, 0), _min(z + wz, Z - 1) + 1):
-            for qy in range(_max(y - wy, 0), _min(y + wy, Y - 1) + 1):
-                inner = abs(qz - z) <= hz and abs(qy - y) <= hy
-                for qx in range(_max(x - wx, 0), _min(x + wx, X - 1) + 1):
-                    value = sign * np.float32(s[qz, qy, qx])
-                    deepest = _min(deepest, value)
-                    if inner and abs(qx - x) <= hx:
-                        lowest = _min(lowest, value)
+        lowest = _box_low(s, z - hz, z + hz + 1, y - hy, y + hy + 1, x - hx, x + hx + 1, sign)  # clipped symmetrically
+        deepest = lowest  # the window clipped to the image: the same box away from the borders
+        if hz < wz or hy < wy or hx < wx:
+            deepest = _box_low(s, _max(z - wz, 0), _min(z + wz, Z - 1) + 1, _max(y - wy, 0), _min(y + wy, Y - 1) + 1,
+                               _max(x - wx, 0), _min(x + wx, X - 1) + 1, sign)
         centre = sign * np.float32(s[z, y, x])
         level = centre - (centre - deepest) * depth
         fits = 0
