@@ -8,8 +8,8 @@ the cone tables, ``_reference.py`` the oracle): the blur is
 tests the kernels' float32 operations, weights and votes are integers, so the
 vote field, the cells and their scores equal the NumPy path's. Around the
 passes, the voters' set-up is compiled (``_voters``, row by row, straight
-into the passes' order) and so is the blur (``_blur_lines``: ``correlate1d``'s
-sums in its order, vectorised); the local maxima are NumPy on
+into the passes' order) and so is the blur (``_blur_rows``, ``_blur_across``:
+``correlate1d``'s sums in its order, vectorised); the local maxima are NumPy on
 ranges of rows in parallel, so they add nothing to the first call's compile.
 
 Less work than the GPU's loop for the same votes (``_run_tables.py``): every
@@ -100,47 +100,51 @@ def _add_pair(out, lower, upper, tap):
         out[x] += (lower[x] + upper[x]) * tap
 
 
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+def _blur_rows(first, last, current, out, taps, reflected):
+    """Rows first..last of the blur of ``current`` (R, n) along its rows, ``correlate1d
+    (mode='reflect')``'s sums for symmetric taps in its order (the centre times its tap, then
+    each pair added and times its tap, from the outermost pair in), over a copy of the row with
+    its reflected ends (``reflected``: position + half -> the pixel read)."""
+    n = current.shape[1]
+    half = len(taps) // 2
+    padded = _empty(n + 2 * half, np.float64)
+    for r in range(first, last):
+        row, line = current[r], out[r]
+        for k in range(n + 2 * half):
+            padded[k] = row[reflected[k]]
+        for x in range(n):
+            line[x] = padded[half + x] * taps[half]
+        for j in range(half, 0, -1):
+            _add_pair(line, padded[half - j:half - j + n], padded[half + j:half + j + n], taps[half - j])
+
+
 _BLUR_COLUMNS = 512
 """Pixels per piece of a row in the blur across rows: the piece being summed stays in L1."""
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _blur_lines(first, last, current, out, taps, reflected, n, across):
-    """Rows first..last of ``out`` (R, B): ``current`` blurred along an axis of ``n`` pixels,
-    ``correlate1d(mode='reflect')``'s sums for symmetric taps in its order (the centre times
-    its tap, then each pair added and times its tap, from the outermost pair in;
-    ``reflected``: position + half -> the pixel read). ``across``: the axis runs across the
-    rows (R / n groups of n), whose pixels are summed as whole rows, by pieces of
-    ``_BLUR_COLUMNS``; else along each row (n = B), summed from a copy of the row with its
-    reflected ends. One kernel for both: each kernel costs ~0.4 s of the first compile."""
+def _blur_across(first, last, current, out, taps, reflected):
+    """Lines first..last (a, i) of the blur of ``current`` (A, n, B) along its middle axis: the
+    sums of ``_blur_rows`` with whole rows for pixels, in pieces of ``_BLUR_COLUMNS``."""
+    n, B = current.shape[1], current.shape[2]
     half = len(taps) // 2
-    B = current.shape[1]
-    piece = _BLUR_COLUMNS if across else B
-    padded = _empty(0 if across else B + 2 * half, np.float64)
     for t in range(first, last):
-        group, i = t - t % n, t % n
-        if not across:
-            for k in range(B + 2 * half):
-                padded[k] = current[t, reflected[k]]
-        for c in range(0, B, piece):
-            e = _min(c + piece, B)
-            line = out[t, c:e]
-            centre = current[t, c:e] if across else padded[half:half + B]
+        a, i = t // n, t % n
+        for c in range(0, B, _BLUR_COLUMNS):
+            e = min(c + _BLUR_COLUMNS, B)
+            line, centre = out[a, i, c:e], current[a, i, c:e]
             for x in range(e - c):
                 line[x] = centre[x] * taps[half]
             for j in range(half, 0, -1):
-                if across:
-                    lower = current[group + reflected[i - j + half], c:e]
-                    upper = current[group + reflected[i + j + half], c:e]
-                else:
-                    lower, upper = padded[half - j:half - j + B], padded[half + j:half + j + B]
-                _add_pair(line, lower, upper, taps[half - j])
+                _add_pair(line, current[a, reflected[i - j + half], c:e], current[a, reflected[i + j + half], c:e],
+                          taps[half - j])
 
 
 def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter(image, sigma, mode='reflect')`` for a float64
     C-contiguous image, bit for bit: ``correlate1d``'s sums for symmetric taps along
-    the rows and across them (``_blur_lines``), on ranges of lines
+    the rows (``_blur_rows``) and across them (``_blur_across``), on ranges of lines
     in parallel (measured, 1024², one thread: 7 ms instead of SciPy's and NumPy's 15);
     ``correlate1d`` itself for taps it would not sum as symmetric."""
     current = image
@@ -158,10 +162,13 @@ def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
         n = current.shape[axis]
         index = np.arange(-half, n + half) % (2 * n)
         reflected = np.where(index < n, index, 2 * n - 1 - index)  # d c b a | a b c d | d c b a
-        across = axis < image.ndim - 1
-        lines = (-1, math.prod(current.shape[axis + 1:]) if across else n)
-        rows = current.reshape(lines)
-        for_ranges(_blur_lines, len(rows), rows, out.reshape(lines), taps, reflected, n, across, grain=16)
+        if axis == image.ndim - 1:
+            rows = current.reshape(-1, n)
+            for_ranges(_blur_rows, len(rows), rows, out.reshape(rows.shape), taps, reflected, grain=16)
+        else:
+            lines = (math.prod(current.shape[:axis]), n, math.prod(current.shape[axis + 1:]))
+            for_ranges(_blur_across, lines[0] * n, current.reshape(lines), out.reshape(lines), taps, reflected,
+                       grain=16)
         current = out
     return current
 
