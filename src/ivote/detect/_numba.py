@@ -7,9 +7,8 @@ the cone tables, ``_reference.py`` the oracle): the blur is
 ``scipy.ndimage.correlate1d``'s sums with ``gaussian_filter``'s taps, the cone
 tests the kernels' float32 operations, weights and votes are integers, so the
 vote field, the cells and their scores equal the NumPy path's. Around the
-passes, the voters' set-up is compiled (``_voters``, row by row, straight
-into the passes' order) and so is the blur (``_blur_rows``, ``_blur_across``:
-``correlate1d``'s sums in its order, vectorised); the local maxima are NumPy on
+passes, only the voters' set-up is compiled (``_voters``, row by row, straight
+into the passes' order); the blur and the local maxima are SciPy and NumPy on
 ranges of rows in parallel, so they add nothing to the first call's compile.
 
 Less work than the GPU's loop for the same votes (``_run_tables.py``): every
@@ -92,61 +91,50 @@ threading layer must not be entered from two threads at once (``_backend.numba_l
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _add_pair(out, lower, upper, tap):
-    """``out += (lower + upper) * tap`` element by element: ``correlate1d``'s term of a pair of
-    symmetric taps (contiguous 1D views indexed from 0: the loop vectorises)."""
-    for x in range(len(out)):
-        out[x] += (lower[x] + upper[x]) * tap
+def _blur_part(first, last, current, out, taps):
+    """Rows first..last of the blur along the last axis (``correlate1d``: its lines are contiguous there)."""
+    ndimage.correlate1d(current[first:last], taps, axis=-1, output=out[first:last], mode="reflect")
 
 
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _blur_rows(first, last, current, out, taps, reflected):
-    """Rows first..last of the blur of ``current`` (R, n) along its rows, ``correlate1d
-    (mode='reflect')``'s sums for symmetric taps in its order (the centre times its tap, then
-    each pair added and times its tap, from the outermost pair in), over a copy of the row with
-    its reflected ends (``reflected``: position + half -> the pixel read)."""
-    n = current.shape[1]
-    half = len(taps) // 2
-    padded = _empty(n + 2 * half, np.float64)
-    for r in range(first, last):
-        row, line = current[r], out[r]
-        for k in range(n + 2 * half):
-            padded[k] = row[reflected[k]]
-        for x in range(n):
-            line[x] = padded[half + x] * taps[half]
-        for j in range(half, 0, -1):
-            _add_pair(line, padded[half - j:half - j + n], padded[half + j:half + j + n], taps[half - j])
+_BLUR_TILE = 16384
+"""Pixels per piece of the blur across rows: the rows a piece reads stay in the cache."""
 
 
-_BLUR_COLUMNS = 512
-"""Pixels per piece of a row in the blur across rows: the piece being summed stays in L1."""
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _blur_across(first, last, current, out, taps, reflected):
-    """Lines first..last (a, i) of the blur of ``current`` (A, n, B) along its middle axis: the
-    sums of ``_blur_rows`` with whole rows for pixels, in pieces of ``_BLUR_COLUMNS``."""
-    n, B = current.shape[1], current.shape[2]
+    """Lines first..last (a, i) of the blur of ``current`` (A, n, B) along its middle axis:
+    ``correlate1d(mode='reflect')``'s sums for symmetric taps (the centre times its tap, then
+    each pair of lines added and times its tap, added from the outermost pair in) as NumPy
+    operations on pieces of whole rows, twice SciPy's speed there (it copies every line
+    across the rows into a buffer). ``reflected``: line index + half -> the line read."""
+    A, n, B = current.shape
     half = len(taps) // 2
-    for t in range(first, last):
-        a, i = t // n, t % n
-        for c in range(0, B, _BLUR_COLUMNS):
-            e = min(c + _BLUR_COLUMNS, B)
-            line, centre = out[a, i, c:e], current[a, i, c:e]
-            for x in range(e - c):
-                line[x] = centre[x] * taps[half]
+    rows = max(1, _BLUR_TILE // B)
+    columns = min(B, _BLUR_TILE)
+    scratch = np.empty((rows, columns))
+    t = first
+    while t < last:
+        a, i = divmod(t, n)
+        j_end = min(n, i + rows, i + last - t)
+        for c in range(0, B, columns):
+            cols = slice(c, min(c + columns, B))
+            o, pair = out[a, i:j_end, cols], scratch[:j_end - i, :min(columns, B - c)]
+            np.multiply(current[a, i:j_end, cols], taps[half], out=o)
             for j in range(half, 0, -1):
-                _add_pair(line, current[a, reflected[i - j + half], c:e], current[a, reflected[i + j + half], c:e],
-                          taps[half - j])
+                if i - j >= 0 and j_end + j <= n:
+                    np.add(current[a, i - j:j_end - j, cols], current[a, i + j:j_end + j, cols], out=pair)
+                else:
+                    low, high = reflected[i - j + half:j_end - j + half], reflected[i + j + half:j_end + j + half]
+                    np.add(current[a, low, cols], current[a, high, cols], out=pair)
+                pair *= taps[half - j]
+                o += pair
+        t += j_end - i
 
 
 def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter(image, sigma, mode='reflect')`` for a float64
-    C-contiguous image, bit for bit: ``correlate1d``'s sums for symmetric taps along
-    the rows (``_blur_rows``) and across them (``_blur_across``), on ranges of lines
-    in parallel (measured, 1024², one thread: 7 ms instead of SciPy's and NumPy's 15);
-    ``correlate1d`` itself for taps it would not sum as symmetric."""
+    C-contiguous image, bit for bit: ``correlate1d`` along the last axis, the same
+    sums across rows (``_blur_across``), on ranges of lines in parallel (NumPy and
+    SciPy release the GIL; no compile)."""
     current = image
     for axis, s in enumerate(sigma):
         taps = gaussian_taps(s)
@@ -155,20 +143,19 @@ def gaussian_blur(image: np.ndarray, sigma) -> np.ndarray:
         out = np.empty_like(current)
         half = len(taps) // 2
         # correlate1d's own test: taps within an epsilon of symmetric are summed as symmetric (the left taps)
-        if not np.all(np.abs(taps[half + 1:] - taps[:half][::-1]) <= np.finfo(float).eps):
-            ndimage.correlate1d(current, taps, axis=axis, output=out, mode="reflect")
-            current = out
-            continue
-        n = current.shape[axis]
-        index = np.arange(-half, n + half) % (2 * n)
-        reflected = np.where(index < n, index, 2 * n - 1 - index)  # d c b a | a b c d | d c b a
+        symmetric = np.all(np.abs(taps[half + 1:] - taps[:half][::-1]) <= np.finfo(float).eps)
         if axis == image.ndim - 1:
-            rows = current.reshape(-1, n)
-            for_ranges(_blur_rows, len(rows), rows, out.reshape(rows.shape), taps, reflected, grain=16)
-        else:
+            rows = current.reshape(-1, current.shape[-1])
+            for_ranges(_blur_part, len(rows), rows, out.reshape(rows.shape), taps, grain=16)
+        elif symmetric:
+            n = current.shape[axis]
             lines = (math.prod(current.shape[:axis]), n, math.prod(current.shape[axis + 1:]))
+            index = np.arange(-half, n + half) % (2 * n)
+            reflected = np.where(index < n, index, 2 * n - 1 - index)  # d c b a | a b c d | d c b a
             for_ranges(_blur_across, lines[0] * n, current.reshape(lines), out.reshape(lines), taps, reflected,
                        grain=16)
+        else:
+            ndimage.correlate1d(current, taps, axis=axis, output=out, mode="reflect")
         current = out
     return current
 
