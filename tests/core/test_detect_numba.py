@@ -73,16 +73,8 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
                 assert np.all(run[:, :-1] == run[0, :-1]) and np.all(np.diff(run[:, -1]) == 1)
 
 
-def _records(grouped):
-    """(frame index, weight, class) of every record, either layout (``_numba._class_of``)."""
-    n = len(grouped)
-    return (grouped[:, _numba._FRAME].astype(np.int64),
-            np.array([_numba._weight_of(grouped, v) for v in range(n)], dtype=np.int64),
-            np.array([_numba._class_of(grouped, v) for v in range(n)], dtype=np.int64))
-
-
-@pytest.mark.parametrize("columns, dtype", [(2, np.uint32), (3, np.uint64)])
-def test_regroup_sorts_each_slab_by_class_keeping_flat_order(columns, dtype):
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype):
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
     (a stable counting sort), each a record of its frame index, weight and class, and each
     slab's largest group (the vote's and turn's scratch size); then ``_regroup_records``,
@@ -95,10 +87,10 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order(columns, dtype):
     cls = rng.integers(0, n_classes, n).astype(np.int32)
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 65535, n).astype(np.uint32)
-    grouped = np.empty((n, columns), dtype)
+    grouped = np.empty((n, 2), dtype)
     widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
     _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
-    frames, got_weights, classes = _records(grouped)
+    frames, got_weights, classes = _numba._record_fields(grouped)
     perm = np.searchsorted(frame_flat, frames)  # frame indices are unique: which voter each record holds
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         np.testing.assert_array_equal(perm[a:b], a + np.argsort(cls[a:b], kind="stable"))
@@ -108,13 +100,14 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order(columns, dtype):
 
     changed = rng.random(n) < 0.3
     new_class = rng.integers(0, n_classes, n)
-    for v in np.flatnonzero(changed):
-        _numba._set_class(grouped, v, new_class[v])
-    before = _records(grouped)
+    shift = 4 * grouped.itemsize  # as the turn writes a class: the packed column's low half
+    low = (1 << shift) - 1
+    grouped[changed, 1] = (grouped[changed, 1] & dtype(~low & (2 ** (2 * shift) - 1))) | new_class[changed].astype(dtype)
+    before = _numba._record_fields(grouped)
     assert np.array_equal(before[0], frames) and np.array_equal(before[1], got_weights)  # only classes changed
     regrouped = np.empty_like(grouped)
     _numba._regroup_records(0, len(slab_starts) - 1, slab_starts, n_classes, grouped, regrouped, widths)
-    after = _records(regrouped)
+    after = _numba._record_fields(regrouped)
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         assert np.all(np.diff(after[2][a:b]) >= 0)  # grouped by class
         same = [sorted(zip(*(column[a:b] for column in records))) for records in (before, after)]
@@ -124,14 +117,14 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order(columns, dtype):
 
 @pytest.mark.parametrize("index", [0, 3])
 def test_wide_records_give_the_same_votes(monkeypatch, index):
-    """Records too large to pack (frames of 2**32 pixels or more, over 2**16 classes) are
-    three uint64 columns: the same vote field."""
+    """Records too large for uint32 (frames of 2**32 pixels or more, over 2**16 classes) are
+    uint64: the same vote field."""
     case = PASS_CASES[index]
     image = _smoothed(case, seed=60 + index)
     plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
     packed = _numba.run_passes(image.copy(), plan, case["sign"])
     layouts = []
-    monkeypatch.setattr(_numba, "_record_layout", lambda *args: layouts.append(args) or (3, np.uint64))
+    monkeypatch.setattr(_numba, "_record_layout", lambda *args: layouts.append(args) or np.uint64)
     np.testing.assert_array_equal(_numba.run_passes(image.copy(), plan, case["sign"]), packed)
     assert len(layouts) == 1 and packed.sum() > 0
 

@@ -69,11 +69,11 @@ from ._reference import close_pairs
 from ._result import RawDetection
 from ._run_tables import discrete_runs, pixel_pairs, split_runs
 
-_FRAME, _WEIGHT, _CLASS = 0, 1, 2
-"""Columns of a voter's record in the order of the passes (``_regroup``): frame index, weight,
-class (uint64); where they fit, packed in two uint32 columns, frame index and weight << 16 |
-class (``_record_layout``: half the bytes to move). Read through ``_class_of`` and
-``_weight_of``."""
+_FRAME, _PACKED = 0, 1
+"""Columns of a voter's record in the order of the passes (``_regroup``): its frame index,
+and its weight and class packed as ``weight << shift | class``, shift half the bits of the
+records' dtype (``_record_layout``: uint32 where they fit, half the bytes to move; else
+uint64); ``_record_fields`` reads them in NumPy."""
 
 _TOP_LEVELS = {2: 3, 3: 2}
 """Sparse-table levels above the vote field: a run of up to 2**(levels + 1) pixels is two
@@ -289,42 +289,6 @@ def _direction_bin(ez, ey, ex, cells, ndim):
     return b * cells + _min(_max(cell, 0), cells - 1)
 
 
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _class_of(grouped, v):
-    """The class of record v (either layout, ``_FRAME``)."""
-    if grouped.shape[1] == 2:
-        return np.int64(grouped[v, 1] & np.uint32(0xFFFF))
-    return np.int64(grouped[v, _CLASS])
-
-
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _weight_of(grouped, v):
-    """The weight of record v (either layout)."""
-    if grouped.shape[1] == 2:
-        return np.uint32(grouped[v, 1] >> np.uint32(16))
-    return np.uint32(grouped[v, _WEIGHT])
-
-
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _set_class(grouped, v, c):
-    """Record v's class becomes c."""
-    if grouped.shape[1] == 2:
-        grouped[v, 1] = (grouped[v, 1] & np.uint32(0xFFFF0000)) | np.uint32(c)
-    else:
-        grouped[v, _CLASS] = c
-
-
-@njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
-def _write_record(grouped, v, frame, weight, c):
-    """Record v: frame index, weight, class."""
-    grouped[v, _FRAME] = frame
-    if grouped.shape[1] == 2:
-        grouped[v, 1] = (np.uint32(weight) << np.uint32(16)) | np.uint32(c)
-    else:
-        grouped[v, _WEIGHT] = weight
-        grouped[v, _CLASS] = c
-
-
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths):
     """Slabs first..last: their voters sorted by class (a stable counting sort, so
@@ -333,6 +297,7 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
     per voter; measured 9 ns per voter instead of 15-19 with four arrays);
     ``widths[slab]``: its largest group, which sizes the scratch of ``_vote`` and ``_turn``.
     The first pass's grouping; later passes regroup the records (``_regroup_records``)."""
+    shift = np.uint64(4 * grouped.itemsize)  # _PACKED
     count = _empty(n_classes + 1, np.int64)
     for c in range(n_classes + 1):
         count[c] = 0
@@ -349,7 +314,8 @@ def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, wei
             c = cls[v]
             place = a + count[c]
             count[c] += 1
-            _write_record(grouped, place, frame_flat[v], weights[v], c)
+            grouped[place, _FRAME] = frame_flat[v]
+            grouped[place, _PACKED] = (np.uint64(weights[v]) << shift) | np.uint64(c)
         for c in range(n_classes + 1):
             count[c] = 0
 
@@ -364,6 +330,8 @@ def _regroup_records(first_slab, last_slab, slab_starts, n_classes, source, grou
     registers (a counter in memory per record: 8 ms a pass against 4-6), and the stores
     run along the groups. Measured with one thread, 2D 1024²: regroups 49 -> 35 ms;
     3D 96³: 46 -> 29 ms."""
+    shift = np.uint64(4 * source.itemsize)  # _PACKED
+    mask = (np.uint64(1) << shift) - np.uint64(1)
     count = _empty(n_classes + 1, np.int64)
     for c in range(n_classes + 1):
         count[c] = 0
@@ -372,7 +340,7 @@ def _regroup_records(first_slab, last_slab, slab_starts, n_classes, source, grou
         current = -1
         run = 0
         for v in range(a, b):
-            c = _class_of(source, v)
+            c = np.int64(np.uint64(source[v, _PACKED]) & mask)
             if c == current:
                 run += 1
             else:
@@ -390,16 +358,14 @@ def _regroup_records(first_slab, last_slab, slab_starts, n_classes, source, grou
         current = -1
         place = 0
         for v in range(a, b):
-            c = _class_of(source, v)
+            c = np.int64(np.uint64(source[v, _PACKED]) & mask)
             if c != current:
                 if current >= 0:
                     count[current] = place - a
                 current = c
                 place = a + count[c]
-            grouped[place, 0] = source[v, 0]
-            grouped[place, 1] = source[v, 1]
-            if source.shape[1] == 3:
-                grouped[place, 2] = source[v, 2]
+            grouped[place, _FRAME] = source[v, _FRAME]
+            grouped[place, _PACKED] = source[v, _PACKED]
             place += 1
         for c in range(n_classes + 1):
             count[c] = 0
@@ -408,9 +374,10 @@ def _regroup_records(first_slab, last_slab, slab_starts, n_classes, source, grou
 @njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")
 def _group_end(grouped, v, b):
     """The end of the group of equal classes starting at v (before b)."""
-    c = _class_of(grouped, v)
+    mask = (np.uint64(1) << np.uint64(4 * grouped.itemsize)) - np.uint64(1)  # _PACKED
+    c = np.int64(np.uint64(grouped[v, _PACKED]) & mask)
     e = v + 1
-    while e < b and _class_of(grouped, e) == c:
+    while e < b and np.int64(np.uint64(grouped[e, _PACKED]) & mask) == c:
         e += 1
     return e
 
@@ -429,6 +396,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
     (``_run_tables.pixel_pairs``); items ``bounds[2c + 1]`` .. ``bounds[2c + 2]``
     (a direct pass's odd pixel) add it to one pixel.
     """
+    shift = np.uint64(4 * grouped.itemsize)  # _PACKED
+    mask = (np.uint64(1) << shift) - np.uint64(1)
     widest = 0  # the largest group (a slab can hold millions of voters)
     for slab_index in range(first_slab, last_slab):
         widest = _max(widest, widths[colour_slabs[slab_index]])
@@ -439,11 +408,11 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
         while v < b:
-            c = _class_of(grouped, v)
+            c = np.int64(np.uint64(grouped[v, _PACKED]) & mask)
             m = 0  # the group's voters, read once (no _group_end first)
-            while v + m < b and _class_of(grouped, v + m) == c:
+            while v + m < b and np.int64(np.uint64(grouped[v + m, _PACKED]) & mask) == c:
                 frames[m] = grouped[v + m, _FRAME]
-                weights[m] = _weight_of(grouped, v + m)
+                weights[m] = np.uint32(np.uint64(grouped[v + m, _PACKED]) >> shift)
                 m += 1
             item, last = bounds[2 * c], bounds[2 * c + 1]
             for item in range(item, last):
@@ -468,7 +437,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``item_k``) in the field (the first level of the flat sparse table
     ``flat``), the first offset in lexicographic order on ties: its class
-    becomes offset direction k (written into its record, ``_set_class``: the next
+    becomes offset direction k (written into its record, ``_PACKED``: the next
     pass's ``_regroup_records`` reads it there). With no vote in its cone
     it keeps its direction, so its class.
 
@@ -478,6 +447,8 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
     voter; the second part makes the first item win ties); the first offset of
     the best run holding that vote is then found in the field.
     """
+    shift = np.uint64(4 * grouped.itemsize)  # _PACKED
+    mask = (np.uint64(1) << shift) - np.uint64(1)
     widest = 0  # the largest group (keys)
     for slab in range(first_slab, last_slab):
         widest = _max(widest, widths[slab])
@@ -489,7 +460,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
         b = slab_starts[slab + 1]
         v = slab_starts[slab]
         while v < b:
-            c = _class_of(grouped, v)
+            c = np.int64(np.uint64(grouped[v, _PACKED]) & mask)
             e = _group_end(grouped, v, b)
             last_item = starts[c + 1]
             m = e - v
@@ -513,7 +484,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
                     j = 0
                     while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
                         j += 1
-                    _set_class(grouped, i, item_k[item] + j)
+                    grouped[i, _PACKED] = (np.uint64(grouped[i, _PACKED]) & ~mask) | np.uint64(item_k[item] + j)
                 # else: no vote in its cone, its class stays c
             v = e
 
@@ -711,13 +682,18 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     return frame_flat, weights, classes, slab_starts, colours
 
 
-def _record_layout(frame_size: int, n_classes: int, weight_scale: int):
-    """(columns, dtype) of the voters' records (``_regroup``): packed, two uint32 (frame
-    index, weight << 16 | class), where the frame index, the weight and the class fit; else
-    three uint64 (frame index, weight, class)."""
-    if frame_size < 2**32 and n_classes <= 2**16 and weight_scale < 2**16:
-        return 2, np.uint32
-    return 3, np.uint64
+def _record_layout(frame_size: int, n_classes: int):
+    """The dtype of the voters' records (``_PACKED``): uint32 where the frame index, the
+    weight (< 2**16) and the class fit, else uint64."""
+    return np.uint32 if frame_size < 2**32 and n_classes <= 2**16 else np.uint64
+
+
+def _record_fields(grouped):
+    """(frame index, weight, class) of every record (``_PACKED``), as int64 arrays."""
+    shift = 4 * grouped.itemsize
+    packed = grouped[:, _PACKED].astype(np.uint64)
+    return (grouped[:, _FRAME].astype(np.int64), (packed >> np.uint64(shift)).astype(np.int64),
+            (packed & np.uint64((1 << shift) - 1)).astype(np.int64))
 
 
 def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
@@ -733,8 +709,8 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n = len(frame_flat)
-    columns, dtype = _record_layout(frame.size, max(len(p[0]) - 1 for p in passes), plan.weight_scale)
-    grouped, spare = np.empty((n, columns), dtype), np.empty((n, columns), dtype)  # _regroup's records, twice
+    dtype = _record_layout(frame.size, max(len(p[0]) - 1 for p in passes))
+    grouped, spare = np.empty((n, 2), dtype), np.empty((n, 2), dtype)  # _regroup's records, twice
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
