@@ -167,12 +167,14 @@ def test_blur_equals_scipy_bit_for_bit(shape, sigma):
 
 
 def test_blur_in_small_pieces_and_ranges_equals_scipy(monkeypatch):
-    """The blur across rows cut in many pieces (rows and column tiles) and ranges of lines,
-    reflected borders included, is still scipy's bit for bit."""
-    monkeypatch.setattr(_numba, "_BLUR_TILE", 64)
+    """The blur across rows cut in pieces of ``_BLUR_COLUMNS`` (rows longer than one piece, the
+    last piece shorter) and ranges of lines, reflected borders included (a Gaussian wider than
+    the axis too), is still scipy's bit for bit."""
     monkeypatch.setattr(_parallel, "cpu_threads", lambda: 3)
     rng = np.random.default_rng(6)
-    for shape, sigma in (((37, 45), (2.5, 1.0)), ((11, 13, 70), (1.2, 2.0, 0.0)), ((70, 5), (4.0, 1.0))):
+    wide = 2 * _numba._BLUR_COLUMNS + 77
+    for shape, sigma in (((37, 45), (2.5, 1.0)), ((11, 13, 70), (1.2, 2.0, 0.0)), ((70, 5), (4.0, 1.0)),
+                         ((9, wide), (3.0, 1.0)), ((5, 2, wide), (1.5, 0.7, 0.0))):
         image = rng.random(shape)
         expected = ndimage.gaussian_filter(image, sigma, mode="reflect")
         np.testing.assert_array_equal(_numba.gaussian_blur(image.copy(), sigma), expected)
