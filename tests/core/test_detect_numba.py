@@ -77,9 +77,9 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
 def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype):
     """``_numba._regroup``: within each slab, voters by class, in their order within a class
     (a stable counting sort), each a record of its frame index, weight and class, and each
-    slab's largest group (the vote's and turn's scratch size); then ``_regroup_records``,
-    after some records' classes changed (as a turn changes them), groups the records by
-    their new class, each slab's records the same ones, and the new largest group."""
+    slab's largest group (the vote's and turn's scratch size); then, after some records'
+    classes changed (as a turn changes them), it groups those records by their new class,
+    each slab's records the same ones, and the new largest group."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
@@ -87,9 +87,11 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype):
     cls = rng.integers(0, n_classes, n).astype(np.int32)
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 65535, n).astype(np.uint32)
+    shift = 4 * np.dtype(dtype).itemsize  # the packed column: weight << shift | class
+    records = np.stack([frame_flat.astype(dtype), (weights.astype(dtype) << dtype(shift)) | cls.astype(dtype)], axis=1)
     grouped = np.empty((n, 2), dtype)
     widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, n_classes, records, grouped, widths)
     frames, got_weights, classes = _numba._record_fields(grouped)
     perm = np.searchsorted(frame_flat, frames)  # frame indices are unique: which voter each record holds
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
@@ -100,13 +102,12 @@ def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype):
 
     changed = rng.random(n) < 0.3
     new_class = rng.integers(0, n_classes, n)
-    shift = 4 * grouped.itemsize  # as the turn writes a class: the packed column's low half
-    low = (1 << shift) - 1
+    low = (1 << shift) - 1  # as the turn writes a class: the packed column's low half
     grouped[changed, 1] = (grouped[changed, 1] & dtype(~low & (2 ** (2 * shift) - 1))) | new_class[changed].astype(dtype)
     before = _numba._record_fields(grouped)
     assert np.array_equal(before[0], frames) and np.array_equal(before[1], got_weights)  # only classes changed
     regrouped = np.empty_like(grouped)
-    _numba._regroup_records(0, len(slab_starts) - 1, slab_starts, n_classes, grouped, regrouped, widths)
+    _numba._regroup(0, len(slab_starts) - 1, slab_starts, n_classes, grouped, regrouped, widths)
     after = _numba._record_fields(regrouped)
     for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
         assert np.all(np.diff(after[2][a:b]) >= 0)  # grouped by class

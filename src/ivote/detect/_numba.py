@@ -26,7 +26,7 @@ turn reads each run's largest vote in two reads of a sparse table of row maxima.
 
 Voters are handled by class (class direction c; c < K: offset direction c): each pass, the voters of a
 slab are sorted by class with a stable counting sort (``_regroup``), so the
-voters of a group walk the same list of runs: the vote runs item by item (four
+voters of a group walk the same list of runs: the vote runs item by item (two
 at a time) over the group's voters, the turn voter by voter over the same items, and no
 loop's length changes from one voter to the next (a short loop whose length
 the branch predictor cannot guess cost more than the marks themselves:
@@ -64,7 +64,7 @@ from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
-from ._cone_tables import initial_directions
+from ._cone_tables import class_directions, initial_directions
 from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
@@ -209,19 +209,20 @@ def _gradient_at(f, i, x, X, uz, dz, hz, iz, uy, dy, hy, iy, hx):
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight, f, Z, Y, X, differences, sign,
-            frame_flat, weights, classes, PY, PX, wz, wy, wx, ndim, cells, offset_of_bin):
+            records, PY, PX, wz, wy, wx, ndim, cells, offset_of_bin):
     """Rows first..last (of Z * Y), row by row (no index division per pixel), in three stages.
 
     0. ``magnitude`` = |grad f| (the sum of squares in the kernels' order), ``row_max``
        each row's largest.
     1. ``row_start[r]`` = the number of voters of row r: pixels whose weight
        floor(|grad f| * scale + 0.5) is at least ``min_weight``.
-    2. The voters of row r, from ``row_start[r]`` on: frame index, uint32 weight and
-       class: the class c that quantises its initial direction (the int16 direction
+    2. The voters of row r, from ``row_start[r]`` on: their records (``_PACKED``), frame
+       index, weight and class: the class c that quantises its initial direction (the int16 direction
        along (sign=+1) or against (-1) the gradient, length ~32767, whose bin in a
        cube map of ``cells`` per axis picks ``offset_of_bin``:
        ``_cone_tables.quantise_directions``).
     """
+    shift = np.uint64(4 * records.itemsize)  # _PACKED
     for r in range(first, last):
         if stage == 1:
             n = 0
@@ -253,9 +254,9 @@ def _voters(first, last, stage, row_max, row_start, magnitude, scale, min_weight
             ez = np.int16(np.rint(((sign * gz) / m) * 32767.0)) if ndim == 3 else np.int16(0)
             ey = np.int16(np.rint(((sign * gy) / m) * 32767.0))
             ex = np.int16(np.rint(((sign * gx) / m) * 32767.0))
-            classes[v] = offset_of_bin[np.uint64(_direction_bin(np.int64(ez), np.int64(ey), np.int64(ex), cells, ndim))]
-            frame_flat[v] = base + x
-            weights[v] = q
+            c = offset_of_bin[np.uint64(_direction_bin(np.int64(ez), np.int64(ey), np.int64(ex), cells, ndim))]
+            records[v, _FRAME] = base + x
+            records[v, _PACKED] = (np.uint64(q) << shift) | np.uint64(c)
             v += np.uint64(1)
 
 
@@ -289,46 +290,17 @@ def _direction_bin(ez, ey, ex, cells, ndim):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _regroup(first_slab, last_slab, slab_starts, cls, n_classes, frame_flat, weights, grouped, widths):
-    """Slabs first..last: their voters sorted by class (a stable counting sort, so
-    flat order within a class): ``grouped[place]`` = the record (frame index, weight,
-    class; ``_FRAME``) of the voter at each place (one record: a single scattered store
-    per voter; measured 9 ns per voter instead of 15-19 with four arrays);
+def _regroup(first_slab, last_slab, slab_starts, n_classes, source, grouped, widths):
+    """Slabs first..last: the records ``source`` (``_PACKED``) sorted by class into
+    ``grouped`` (a counting sort, stable: within a class in their order in ``source``);
     ``widths[slab]``: its largest group, which sizes the scratch of ``_vote`` and ``_turn``.
-    The first pass's grouping; later passes regroup the records (``_regroup_records``)."""
-    shift = np.uint64(4 * grouped.itemsize)  # _PACKED
-    count = _empty(n_classes + 1, np.int64)
-    for c in range(n_classes + 1):
-        count[c] = 0
-    for slab in range(first_slab, last_slab):
-        a, b = slab_starts[slab], slab_starts[slab + 1]
-        for v in range(a, b):
-            count[cls[v] + 1] += 1
-        widest = 0
-        for c in range(n_classes):
-            widest = _max(widest, count[c + 1])
-            count[c + 1] += count[c]
-        widths[slab] = widest
-        for v in range(a, b):
-            c = cls[v]
-            place = a + count[c]
-            count[c] += 1
-            grouped[place, _FRAME] = frame_flat[v]
-            grouped[place, _PACKED] = (np.uint64(weights[v]) << shift) | np.uint64(c)
-        for c in range(n_classes + 1):
-            count[c] = 0
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _regroup_records(first_slab, last_slab, slab_starts, n_classes, source, grouped, widths):
-    """As ``_regroup``, from the last pass's records ``source`` (grouped by their old
-    class, each holding the class its turn gave it) into ``grouped``: within a class, in
-    their order in ``source`` (the order within a group changes no vote: sums of integers).
-    Most records keep their class (2D 1024², radius 12: 68 %, 85 %, 92 %, 98 % after the
-    turns of passes 1-4), so the count and the place of a run of one class stay in
-    registers (a counter in memory per record: 8 ms a pass against 4-6), and the stores
-    run along the groups. Measured with one thread, 2D 1024²: regroups 49 -> 35 ms;
-    3D 96³: 46 -> 29 ms."""
+    The first pass sorts the voters in flat order (``_voters``), each later pass the last
+    pass's records, grouped by their old class and holding the class their turn gave them
+    (the order within a group changes no vote: sums of integers). Most records keep their
+    class (2D 1024², radius 12: 68 %, 85 %, 92 %, 98 % after the turns of passes 1-4), so
+    the count and the place of a run of one class stay in registers (a counter in memory
+    per record: 8 ms a pass against 4-6), and the stores run along the groups. Measured
+    with one thread, 2D 1024²: regroups 49 -> 35 ms; 3D 96³: 46 -> 29 ms."""
     shift = np.uint64(4 * source.itemsize)  # _PACKED
     mask = (np.uint64(1) << shift) - np.uint64(1)
     count = _empty(n_classes + 1, np.int64)
@@ -450,7 +422,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
     ``item_k``) in the field (the first level of the flat sparse table
     ``flat``), the first offset in lexicographic order on ties: its class
     becomes offset direction k (written into its record, ``_PACKED``: the next
-    pass's ``_regroup_records`` reads it there). With no vote in its cone
+    pass's ``_regroup`` reads it there). With no vote in its cone
     it keeps its direction, so its class.
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
@@ -668,30 +640,31 @@ def _spacing3(spacing):
 def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest: float | None = None,
                    frame: _Frame | None = None):
     """As ``_reference.prepare_voters``, in the order the passes keep them (``_colours``):
-    each voter's index in ``frame``, uint32 weight and class (int32: the offset k whose
-    direction its initial direction becomes, ``_cone_tables.initial_directions``); each
-    slab's range of voters and the slabs of each colour."""
+    each voter's record (``_PACKED``: its index in ``frame``, weight and class, the class
+    direction its initial direction becomes, ``_cone_tables.initial_directions``; read them
+    with ``_record_fields``); each slab's range of voters and the slabs of each colour."""
     frame = _Frame(smoothed.shape, plan) if frame is None else frame
     quantise = initial_directions(plan)
     Z, Y, X = _shape3(smoothed.shape)
     (_, PY, PX), (wz, wy, wx) = frame.padded3()
     flat = smoothed.reshape(-1)
     magnitude, row_max, row_counts = np.empty(flat.size), np.zeros(Z * Y), np.zeros(Z * Y, dtype=np.int64)
-    frame_flat, weights, classes = np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32)
+    dtype = _record_layout(frame.size, len(class_directions(plan)))
+    records = np.zeros((0, 2), dtype)  # stages 0 and 1 write none (one compiled signature)
     image_args = (flat, Z, Y, X, _differences(_spacing3(plan.spacing)), float(sign))
     frame_args = (PY, PX, wz, wy, wx, plan.ndim, quantise.cells, quantise.offset_of_bin)
-    for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, frame_flat, weights, classes,
-               *frame_args, grain=8)
+    for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, records, *frame_args,
+               grain=8)
     largest = row_max.max() if largest is None else largest
     scale = float(plan.weight_scale / largest) if largest > 0 else 0.0  # 0: floor(0.5) is below min_weight, no voter
-    for_ranges(_voters, Z * Y, 1, row_max, row_counts, magnitude, scale, plan.min_weight, *image_args, frame_flat,
-               weights, classes, *frame_args, grain=8)
+    for_ranges(_voters, Z * Y, 1, row_max, row_counts, magnitude, scale, plan.min_weight, *image_args, records,
+               *frame_args, grain=8)
     row_start, slab_starts, colours = _colours(row_counts, (Z, Y), plan)
     n = int(slab_starts[-1])
-    frame_flat, weights, classes = np.empty(n, np.int64), np.empty(n, np.uint32), np.empty(n, np.int32)
-    for_ranges(_voters, Z * Y, 2, row_max, row_start, magnitude, scale, plan.min_weight, *image_args, frame_flat,
-               weights, classes, *frame_args, grain=8)
-    return frame_flat, weights, classes, slab_starts, colours
+    records = np.empty((n, 2), dtype)
+    for_ranges(_voters, Z * Y, 2, row_max, row_start, magnitude, scale, plan.min_weight, *image_args, records,
+               *frame_args, grain=8)
+    return records, slab_starts, colours
 
 
 def _record_layout(frame_size: int, n_classes: int):
@@ -717,12 +690,10 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
                 iter_callback(index, plan.n_passes)
         return frame, np.zeros(frame.size, dtype=np.uint32)
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
-    frame_flat, weights, cls, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest, frame)
+    grouped, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest, frame)  # records in flat order
+    spare = np.empty_like(grouped)  # each pass regroups the records from one into the other
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
-    n = len(frame_flat)
-    dtype = _record_layout(frame.size, max(len(p[0]) - 1 for p in passes))
-    grouped, spare = np.empty((n, 2), dtype), np.empty((n, 2), dtype)  # _regroup's records, twice
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
@@ -731,10 +702,8 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, last_starts, last_step,
                        last_first, last_last, last_k)
-            grouped, spare = spare, grouped
-            for_ranges(_regroup_records, n_slabs, slab_starts, len(starts) - 1, spare, grouped, widths)
-        else:
-            for_ranges(_regroup, n_slabs, slab_starts, cls, len(starts) - 1, frame_flat, weights, grouped, widths)
+        grouped, spare = spare, grouped
+        for_ranges(_regroup, n_slabs, slab_starts, len(starts) - 1, spare, grouped, widths)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, *vote)
         final = index == plan.n_passes - 1
