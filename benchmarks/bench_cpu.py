@@ -4,7 +4,8 @@ Cases (synthetic nuclei, ``ivote.data.synthetic_nuclei``):
 
 * detection 2D 1024², radius 12 px: Numba (median of ``--repeat`` after a
   warm-up call), ``skimage.feature.blob_log`` with the same radius (one sigma,
-  r / sqrt(2), as ``bench_detect.py``) and our NumPy path (one run);
+  r / sqrt(2), as ``bench_detect.py``; its runs alternate with ours, so a shared
+  host's drifting speed hits both alike) and our NumPy path (one run);
 * detection 3D 256³, radius 8 voxels: Numba (one run after a warm-up on a
   small volume), NumPy on a ``--numpy-crop``³ crop compared by voxels/s;
 * "slider release to points" at 1024² (0.5 µm/px, radius 6 µm = 12 px):
@@ -15,7 +16,8 @@ Cases (synthetic nuclei, ``ivote.data.synthetic_nuclei``):
   the same centres on the image's gradient;
 * ``ivote demo`` (a subprocess, wall time);
 * first-call compile time: a detection in a fresh process with an empty
-  temporary ``NUMBA_CACHE_DIR`` (2D, then 3D), and again with that cache warm;
+  temporary ``NUMBA_CACHE_DIR`` (2D, then 3D), and again with that cache warm
+  (wall; the CPU time of the 2D one in the notes);
 * thread scaling: the 2D detection with ``numba.set_num_threads(k)``, k = 1 .. all.
 
 Prints the thread count and a table. Timings are wall clock; on a machine
@@ -48,9 +50,10 @@ from ivote.data import synthetic_nuclei
 t1 = time.perf_counter()
 for shape, radius in (((96, 96), 6.0), ((24, 40, 40), 4.0)):
     image = synthetic_nuclei(shape, radius=radius, seed=1).image
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     ivote.iterative_voting(image, radius=radius, backend="numba")
     print(f"{len(shape)}d {time.perf_counter() - t:.3f}")
+    print(f"{len(shape)}d_cpu {time.process_time() - c:.3f}")
 print(f"import {t1 - t0:.3f}")
 """
 
@@ -85,6 +88,7 @@ def _timed(call, repeat=1, warm_up=False):
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     _timed.cpu = statistics.median(cpu)
+    _timed.last = times[-1]
     return statistics.median(times), min(times), max(times), result
 
 
@@ -154,22 +158,31 @@ def main(argv=None) -> int:
         cold = _first_calls(cache)
         warm = _first_calls(cache)
     row("first 2D detection, empty Numba cache (compile)", "<= 5 s", cold["2d"], "same, cache warm", warm["2d"],
-        f"import {cold['import']:.2f} s; warnings on stderr: {cold['warnings']} / {warm['warnings']}")
+        f"CPU {cold['2d_cpu']:.2f} s; import {cold['import']:.2f} s; warnings on stderr: {cold['warnings']} / "
+        f"{warm['warnings']}")
     row("first 3D detection after it, empty cache (compile)", "<= 5 s", cold["3d"], "same, cache warm", warm["3d"],
         f"whole process {cold['process']:.1f} s cold, {warm['process']:.1f} s warm")
 
     # detection 2D 1024², radius 12
     sample2 = synthetic_nuclei((1024, 1024), radius=12.0, seed=21)
     image2 = sample2.image
-    med, low, high, found = _timed(lambda: ivote.iterative_voting(image2, radius=12.0, backend="numba"), args.repeat,
-                                   warm_up=True)
-    cpu2 = _timed.cpu
-    f1 = match_points(found.points, sample2.centers, tolerance=6.0).f1
     grey = (image2 - image2.min()) / (image2.max() - image2.min())
     sigma = 12.0 / np.sqrt(2)
-    blob, *_ = _timed(lambda: blob_log(grey, min_sigma=sigma, max_sigma=sigma, num_sigma=1), 3)
+    ours_times, peer_times, cpus, found = [], [], [], None
+    blob_log(grey, min_sigma=sigma, max_sigma=sigma, num_sigma=1)  # warm-up, as ours
+    for _ in range(args.repeat):  # alternating: a shared host's speed drifts between runs, both see the same
+        _, _, _, found = _timed(lambda: ivote.iterative_voting(image2, radius=12.0, backend="numba"), warm_up=found is None)
+        ours_times.append(_timed.last)
+        cpus.append(_timed.cpu)
+        _timed(lambda: blob_log(grey, min_sigma=sigma, max_sigma=sigma, num_sigma=1))
+        peer_times.append(_timed.last)
+    med, low, high = statistics.median(ours_times), min(ours_times), max(ours_times)
+    blob, cpu2 = statistics.median(peer_times), statistics.median(cpus)
+    pair = statistics.median(p / o for p, o in zip(peer_times, ours_times))
+    f1 = match_points(found.points, sample2.centers, tolerance=6.0).f1
     row("detect 2D 1024², r 12 px", "<= 0.25 s, < blob_log", med, "skimage blob_log (1 sigma)", blob,
-        f"median of {args.repeat} ({low:.3f}-{high:.3f}), CPU {cpu2:.3f} s; {len(found.points)} cells, F1 {f1:.3f}")
+        f"median of {args.repeat} ({low:.3f}-{high:.3f}), CPU {cpu2:.3f} s; runs alternating with blob_log's, "
+        f"median of the pairs' ratios {pair:.2f}x; {len(found.points)} cells, F1 {f1:.3f}")
     two_d = med
     if not args.quick:
         numpy_time, _, _, numpy_found = _timed(lambda: ivote.iterative_voting(image2, radius=12.0, backend="numpy"))
