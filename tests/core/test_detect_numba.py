@@ -130,6 +130,23 @@ def test_wide_records_give_the_same_votes(monkeypatch, index):
     assert len(layouts) == 1 and packed.sum() > 0
 
 
+def test_block_weights_above_the_weight_scale_give_the_numpy_votes():
+    """A block's gradient can exceed the whole image's largest (``largest`` given, its edges'
+    one-sided differences): weights above ``weight_scale`` (65535 here), which uint32 records
+    (16 bits a weight) cannot hold; the field still equals the NumPy path's."""
+    case = PASS_CASES[0]
+    image = _smoothed(case, seed=60)
+    plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
+    assert plan.weight_scale == 2**16 - 1
+    top = np.sqrt(sum(g * g for g in np.gradient(image))).max()
+    largest = top / 3  # weights up to ~3 * weight_scale
+    frame, votes = _numba._vote_field(image.copy(), plan, case["sign"], None, largest)
+    got = votes.reshape(frame.padded_shape)[frame.inside]
+    expected = _cpu.run_passes(image.copy(), plan, case["sign"], None, largest)
+    assert expected.sum() > 0
+    np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("shape, half_width", [
     ((61, 40), (3, 3)), ((40, 22, 23), (2, 4, 4)), ((50, 37), (0, 5)), ((33, 9, 25), (1, 0, 3)), ((20, 30), (2, 0)),
 ])

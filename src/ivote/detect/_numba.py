@@ -649,14 +649,16 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     (_, PY, PX), (wz, wy, wx) = frame.padded3()
     flat = smoothed.reshape(-1)
     magnitude, row_max, row_counts = np.empty(flat.size), np.zeros(Z * Y), np.zeros(Z * Y, dtype=np.int64)
-    dtype = _record_layout(frame.size, len(class_directions(plan)))
-    records = np.zeros((0, 2), dtype)  # stages 0 and 1 write none (one compiled signature)
+    records = np.zeros((0, 2), np.uint32)  # stages 0 and 1 write none (uint32: the usual layout's signature)
     image_args = (flat, Z, Y, X, _differences(_spacing3(plan.spacing)), float(sign))
     frame_args = (PY, PX, wz, wy, wx, plan.ndim, quantise.cells, quantise.offset_of_bin)
     for_ranges(_voters, Z * Y, 0, row_max, row_counts, magnitude, 0.0, 0, *image_args, records, *frame_args,
                grain=8)
     largest = row_max.max() if largest is None else largest
     scale = float(plan.weight_scale / largest) if largest > 0 else 0.0  # 0: floor(0.5) is below min_weight, no voter
+    # a block's largest gradient can exceed the whole image's (``largest`` given): weights above weight_scale
+    heaviest = math.floor(row_max.max(initial=0.0) * scale + 0.5)
+    dtype = _record_layout(frame.size, len(class_directions(plan)), heaviest)
     for_ranges(_voters, Z * Y, 1, row_max, row_counts, magnitude, scale, plan.min_weight, *image_args, records,
                *frame_args, grain=8)
     row_start, slab_starts, colours = _colours(row_counts, (Z, Y), plan)
@@ -667,10 +669,12 @@ def prepare_voters(smoothed: np.ndarray, plan: VotingPlan, sign: float, largest:
     return records, slab_starts, colours
 
 
-def _record_layout(frame_size: int, n_classes: int):
+def _record_layout(frame_size: int, n_classes: int, heaviest: int = 0):
     """The dtype of the voters' records (``_PACKED``): uint32 where the frame index, the
-    weight (< 2**16) and the class fit, else uint64."""
-    return np.uint32 if frame_size < 2**32 and n_classes <= 2**16 else np.uint64
+    weight (at most ``heaviest``: ``weight_scale`` < 2**16, or more in a block whose
+    gradient exceeds the whole image's) and the class fit, else uint64 (a weight's low 32
+    bits: the vote field is uint32 sums, modulo 2**32 on every backend)."""
+    return np.uint32 if frame_size < 2**32 and n_classes <= 2**16 and heaviest < 2**16 else np.uint64
 
 
 def _record_fields(grouped):
