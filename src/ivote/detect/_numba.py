@@ -673,7 +673,7 @@ def _record_layout(frame_size: int, n_classes: int, heaviest: int = 0):
     """The dtype of the voters' records (``_PACKED``): uint32 where the frame index, the
     weight (at most ``heaviest``: ``weight_scale`` < 2**16, or more in a block whose
     gradient exceeds the whole image's) and the class fit, else uint64 (a weight's low 32
-    bits: the vote field is uint32 sums, modulo 2**32 on every backend)."""
+    bits, as the uint32 weights before the packing)."""
     return np.uint32 if frame_size < 2**32 and n_classes <= 2**16 and heaviest < 2**16 else np.uint64
 
 
