@@ -598,13 +598,15 @@ def test_stress_remove_all_layers_and_open_a_new_image_under_a_live_preview(make
     viewer.window._qt_window.show()  # the canvas draws, as in the click-through
     widget = _detect(viewer, live=True)
     images = [small.image, small.image[::-1].copy(), small.image[:, ::-1].copy()]
-    leaving, wrong = set(), []  # layers being or already removed; our changes to them or off the main thread
+    # layers being or already removed, kept alive (an id() is reused once its object is gone: a new preview
+    # layer then looked removed); our changes to them or off the main thread
+    leaving, wrong = [], []
 
     def watch(layer):
         def record(event):
             ours = any("ivote" in frame.filename for frame in traceback.extract_stack()[:-1])
             off_main = threading.current_thread() is not threading.main_thread()
-            if off_main or (ours and id(layer) in leaving):
+            if off_main or (ours and any(layer is gone for gone in leaving)):
                 wrong.append((event.type, layer.name, "worker thread" if off_main else "layer being removed"))
 
         layer.events.connect(record)
@@ -612,7 +614,7 @@ def test_stress_remove_all_layers_and_open_a_new_image_under_a_live_preview(make
     for layer in viewer.layers:
         watch(layer)
     viewer.layers.events.inserted.connect(lambda event: watch(event.value))
-    viewer.layers.events.removing.connect(lambda event: leaving.add(id(viewer.layers[event.index])))
+    viewer.layers.events.removing.connect(lambda event: leaving.append(viewer.layers[event.index]))
     for round_ in range(6):
         qtbot.waitUntil(lambda: any(layer.name.startswith("nuclei (preview)") for layer in viewer.layers),
                         timeout=TIMEOUT_MS)
