@@ -74,7 +74,9 @@ _FRAME, _PACKED = 0, 1
 """Columns of a voter's record in the order of the passes (``_regroup``): its frame index,
 and its weight and class packed as ``weight << shift | class``, shift half the bits of the
 records' dtype (``_record_layout``: uint32 where they fit, half the bytes to move; else
-uint64); ``_record_fields`` reads them in NumPy."""
+uint64); ``_record_fields`` reads them in NumPy. The kernels read the class as
+``packed & mask`` in place, not through a helper function: each compiled helper costs
+~0.08 s of the first call's compile (measured: four accessors, 0.3 s)."""
 
 _TOP_LEVELS = {2: 3, 3: 2}
 """Sparse-table levels above the vote field: a run of up to 2**(levels + 1) pixels is two
