@@ -54,12 +54,14 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 from numba import njit
 from scipy import ndimage
 
 from .._backend import numba_lock
+from .._compile import compile_ahead
 from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
@@ -581,7 +583,9 @@ def _colours(row_counts, rows_shape, plan: VotingPlan):
     (2D) or the first two (3D), from the number of voters of each row (image rows,
     ``rows_shape``: (Z, Y), Z = 1 in 2D): where each row's voters start in the
     order they are kept in (rows in flat order within a slab), each slab's range
-    in it, and the slabs of each colour (no two of a colour add to the same pixel)."""
+    in it, and the slabs of each colour (no two of a colour add to the same pixel; a colour
+    with no voters has none: the pass still calls ``_vote`` for it, a dry run's record of the
+    kernels it needs, ``_compile_first``, then names it)."""
     ndim = plan.ndim
     axes = 1 if ndim == 2 else 2
     row_counts = np.asarray(row_counts, dtype=np.int64)
@@ -609,7 +613,7 @@ def _colours(row_counts, rows_shape, plan: VotingPlan):
         slab_colour = slab_colour * 2 + (i & 1)
     filled = slab_starts[1:] > slab_starts[:-1]
     groups = [np.flatnonzero((slab_colour == c) & filled) for c in range(2**axes)]
-    return row_start, slab_starts, [g for g in groups if len(g)]
+    return row_start, slab_starts, groups
 
 
 class _Frame:
@@ -875,6 +879,24 @@ def _normalise_part(first, last, signal, out, low, span):
     part /= span
 
 
+_AHEAD: set = set()
+_AHEAD_LOCK = threading.Lock()
+
+
+def _compile_first(plan: VotingPlan, sign: float, sigma) -> None:
+    """At the first detection of its kind (dimensions, blur) in this process, compile the kernels
+    it needs ahead, several processes at once (``ivote._compile``: a dry run on a tiny image
+    lists them; their argument types do not depend on the image's size). Later calls, and
+    calls in processes that find the kernels in the cache on disk, compile nothing."""
+    key = (plan.ndim, sigma is None)
+    with _AHEAD_LOCK:
+        if key in _AHEAD:
+            return
+        _AHEAD.add(key)
+    tiny = np.arange(8.0**plan.ndim).reshape((8,) * plan.ndim)
+    compile_ahead(lambda: detect(tiny, plan, sign, sigma))
+
+
 def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None, *, also_finite=None,
            reuse: bool = False, given=None) -> RawDetection:
     """Normalise, blur (``sigma`` per axis, pixels; None: no blur), vote, find the
@@ -897,6 +919,7 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     if not high > low:
         votes = None if reuse else np.zeros(signal.shape, dtype=np.uint32)
         return RawDetection(votes, empty, empty, np.zeros((0, 2), np.int64), (low, high), np.zeros(0), np.zeros(0))
+    _compile_first(plan, sign, sigma)
     smoothed = np.empty(signal.shape)  # as _voting._detect_on_cpu: the same roundings
     for_ranges(_normalise_part, len(signal), signal, smoothed, low, high - low, grain=64)
     residuals = noise_residuals(smoothed, noise_positions(tuple(signal.shape)))
