@@ -3,22 +3,25 @@
 The compiled CPU kernels are cached on disk (``cache=True``): a machine compiles
 them once, at the first call. Numba compiles one function at a time in a process
 (its global compiler lock), so that first call waits for every kernel in turn:
-a first 2D detection compiles seven kernels, 4.5-5.5 s of one core of a
-2-core laptop. Processes do not share that lock, and they do share the cache on
-disk (Numba writes its files atomically, for processes that share a cache).
+a first 2D detection compiles seven kernels, 4.5-5.5 s of one core of the
+2-core development machine, a first segmentation four, 6-8 s. Processes do not
+share that lock, and they do share the cache on disk (Numba writes its files
+atomically, for processes that share a cache).
 
 :func:`compile_ahead` dry-runs the call (``_parallel.recording``: the Python code
-runs, no kernel does) to list the kernels it needs with their argument types;
-the ones in neither this process nor the cache on disk are shared out between
-this process and a few fresh Python processes (as many as the threads the
-kernels may use, ``_backend.cpu_threads``, less one), each compiling its share
-into the cache. The call then finds every kernel in the cache.
+runs, no kernel does) to list the kernels it needs with their argument types.
+The ones in neither this process nor the cache on disk are compiled by this
+process and a few fresh Python processes (as many as the threads the kernels may
+use, ``_backend.cpu_threads``, less one) at once: each takes the next kernel not
+yet taken, longest first (an exclusive file per kernel in a scratch folder), so
+a helper that starts late or runs slowly simply takes fewer. The call then finds
+every kernel in the cache.
 
-Nothing changes where it cannot help or could go wrong: one thread, a cache that
-is not written (read-only, or disabled), a frozen application, a Numba whose
-cache internals differ, or a helper process that fails or overruns (this
-process then compiles what is missing itself, as without it).
-``IVOTE_COMPILE_PROCESSES=1`` turns it off.
+Nothing changes where it cannot help or could go wrong: one thread, fewer than
+two kernels to compile, a cache that is not written (read-only, or disabled), a
+frozen application, a Numba whose cache internals differ, or a helper process
+that fails or overruns (this process then compiles what is missing itself, as
+without it). ``IVOTE_COMPILE_PROCESSES=1`` turns it off.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import importlib
 import logging
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from ._backend import cpu_threads
@@ -39,28 +44,28 @@ __all__ = ["compile_ahead"]
 
 _LOG = logging.getLogger(__name__)
 _ENV = "IVOTE_COMPILE_PROCESSES"
-_START_WEIGHT = 700
-"""A helper process's start (importing NumPy, SciPy, Numba and ivote; Numba's first compile) in
-the units of :func:`_weight`: about 1 s on the 2-core development machine, where a kernel of
-300 bytecode instructions takes about 0.5 s."""
 _PATIENCE = 3.0
-"""How much longer than this process's own share the helpers may take before they are stopped."""
+"""How much longer than this process's own compiling the helpers may take before they are stopped."""
+_HELPER_CODE = "import sys; from ivote._compile import _helper; sys.exit(_helper())"
 
 
-def _weight(kernel, seen=None) -> int:
-    """A kernel's compile cost, roughly: its bytecode instructions and its compiled helpers' (each
-    counted once), plus a fixed cost per function (measured on the detection's kernels: 0.1 s +
-    1.7 ms per instruction)."""
+def _weight(kernel, seen=None, fixed: int = 120) -> int:
+    """A kernel's compile cost, roughly, in units of about 1.25 ms of the 2-core development
+    machine: its bytecode instructions and its compiled helpers' (each counted once), plus a
+    fixed cost per function compiled on its own (a kernel 120, a helper 64; none for a helper
+    Numba inlines). Fitted to the detection's kernels (0.37-1.35 s each); the segmentation's
+    take about 1.35x as long per unit, in the same order. It orders the work, longest first."""
     seen = set() if seen is None else seen
     function = kernel.py_func
     if function in seen:
         return 0
     seen.add(function)
-    total = 60 + len(list(dis.get_instructions(function)))
+    total = fixed + len(list(dis.get_instructions(function)))
     for name in function.__code__.co_names:
         value = function.__globals__.get(name)
         if value is not None and hasattr(value, "py_func") and hasattr(value, "compile"):
-            total += _weight(value, seen)
+            inlined = getattr(value, "targetoptions", {}).get("inline") == "always"
+            total += _weight(value, seen, 0 if inlined else 64)
     return total
 
 
@@ -91,32 +96,36 @@ def _processes() -> int:
     return cpu_threads()
 
 
-def _share(jobs, helpers: int):
-    """Jobs ``(kernel, signature, weight)`` shared out longest first to the least loaded of this
-    process (index 0) and ``helpers`` helper processes, whose start costs ``_START_WEIGHT``."""
-    loads = [0] + [_START_WEIGHT] * helpers
-    shares: list[list] = [[] for _ in loads]
-    for job in sorted(jobs, key=lambda job: -job[2]):
-        least = min(range(len(loads)), key=lambda index: loads[index])
-        shares[least].append(job)
-        loads[least] += job[2]
-    return shares
+def _take(folder: str, index: int) -> bool:
+    """Claim job ``index`` (True once, in whichever process asks first)."""
+    try:
+        os.close(os.open(os.path.join(folder, f"{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
-_HELPER_CODE = "import sys; from ivote._compile import _helper; sys.exit(_helper())"
+def _work(jobs, folder: str, kernels) -> list[int]:
+    """Compile every job not yet taken, in order; the indices this process compiled."""
+    done = []
+    for index, (kernel, signature) in enumerate(zip(kernels, (job[2] for job in jobs))):
+        if _take(folder, index):
+            kernel.compile(signature)
+            done.append(index)
+    return done
 
 
-def _start_helper(share) -> subprocess.Popen:
-    """A fresh Python process compiling ``share`` into the cache on disk; it imports what this
-    process imports (its ``sys.path``: the same copy of ivote, the same cache)."""
-    jobs = [(kernel.py_func.__module__, kernel.py_func.__qualname__, signature) for kernel, signature, _ in share]
+def _start_helper(jobs, folder: str) -> subprocess.Popen:
+    """A fresh Python process working through ``jobs`` ((module, qualified name, signature)), taking
+    them in ``folder``; it imports what this process imports (its ``sys.path``: the same copy of
+    ivote, so the same cache)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
     env[_ENV] = "1"
     helper = subprocess.Popen([sys.executable, "-c", _HELPER_CODE], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        helper.stdin.write(pickle.dumps(jobs))
+        helper.stdin.write(pickle.dumps((jobs, folder)))
         helper.stdin.close()
     except OSError:  # it died at once; wait() tells
         pass
@@ -124,28 +133,31 @@ def _start_helper(share) -> subprocess.Popen:
 
 
 def _helper() -> int:
-    """A helper process: compile the pickled jobs (module, qualified name, signature) on stdin
-    into the cache on disk."""
-    for module, name, signature in pickle.loads(sys.stdin.buffer.read()):
+    """A helper process: compile the pickled jobs on stdin not yet taken into the cache on disk."""
+    jobs, folder = pickle.loads(sys.stdin.buffer.read())
+    kernels = []
+    for module, name, _ in jobs:
         kernel = importlib.import_module(module)
         for part in name.split("."):
             kernel = getattr(kernel, part)
-        kernel.compile(signature)
+        kernels.append(kernel)
+    _work(jobs, folder, kernels)
     return 0
 
 
 def compile_ahead(run, processes: int | None = None) -> dict:
     """Compile the Numba kernels that ``run()`` would call, several processes at once.
 
-    ``run`` is a dry run of the call (tiny data, same dtypes and options: the same argument
+    ``run`` is a dry run of the call (same dtypes and options as the call: the same argument
     types), run under ``_parallel.recording``. Kernels already compiled in this process or
     cached on disk are left to the call (it loads them). ``processes``: at most this many
     compiling processes, this one included (default: ``IVOTE_COMPILE_PROCESSES``, else the
     kernels' threads).
 
     Returns what happened: ``needed`` (kernel names, in call order), ``missing`` (the ones neither
-    here nor on disk), ``here`` (compiled in this process), ``helpers`` (the names each helper was
-    given), ``failed`` (helpers that did not finish in time or exited with an error), ``seconds``.
+    here nor on disk), ``here`` (compiled in this process), ``elsewhere`` (taken by helpers),
+    ``helpers`` (how many started), ``failed`` (helpers that did not finish in time or exited
+    with an error), ``seconds``.
     """
     started = time.perf_counter()
     with recording() as calls:
@@ -155,43 +167,47 @@ def compile_ahead(run, processes: int | None = None) -> dict:
         if (kernel, signature) not in needed:
             needed.append((kernel, signature))
     report = {"needed": [kernel.py_func.__name__ for kernel, _ in needed], "missing": [], "here": [],
-              "helpers": [], "failed": 0, "seconds": 0.0}
+              "elsewhere": [], "helpers": 0, "failed": 0, "seconds": 0.0}
     missing = [(kernel, signature) for kernel, signature in needed if signature not in kernel.overloads]
     on_disk = [_on_disk(kernel, signature) for kernel, signature in missing]
     missing = [pair for pair, cached in zip(missing, on_disk) if not cached]
     report["missing"] = [kernel.py_func.__name__ for kernel, _ in missing]
-    processes = _processes() if processes is None else max(1, int(processes))
-    if (len(missing) < 2 or processes < 2 or any(cached is None for cached in on_disk)
-            or getattr(sys, "frozen", False) or not sys.executable):
+    processes = min(_processes() if processes is None else max(1, int(processes)), len(missing))
+    if (processes < 2 or any(cached is None for cached in on_disk) or getattr(sys, "frozen", False)
+            or not sys.executable):
         report["seconds"] = time.perf_counter() - started
         return report  # the call compiles (or loads) its kernels itself, as without this
-    jobs = [(kernel, signature, _weight(kernel)) for kernel, signature in missing]
-    shares = _share(jobs, min(processes, len(missing)) - 1)
-    helpers = []
-    for share in shares[1:]:
-        if not share:
-            continue
-        try:
-            helpers.append((_start_helper(share), share))
-        except OSError as error:  # no process could be started: this process compiles it later
-            _LOG.debug("no helper process for the Numba compilation: %s", error)
-    own_start = time.perf_counter()
-    for kernel, signature, _ in shares[0]:
-        kernel.compile(signature)
-        report["here"].append(kernel.py_func.__name__)
-    report["own_seconds"] = time.perf_counter() - own_start
-    deadline = time.perf_counter() + max(30.0, _PATIENCE * report["own_seconds"])
-    for helper, share in helpers:
-        report["helpers"].append([kernel.py_func.__name__ for kernel, _, _ in share])
-        try:
-            code = helper.wait(timeout=max(0.0, deadline - time.perf_counter()))
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
-            code = None
-        if code != 0:
-            report["failed"] += 1
-            _LOG.debug("a helper process compiling %s ended with %s; the call compiles them",
-                       report["helpers"][-1], code)
+    missing.sort(key=lambda pair: -_weight(pair[0]))  # longest first
+    jobs = [(kernel.py_func.__module__, kernel.py_func.__qualname__, signature) for kernel, signature in missing]
+    folder = tempfile.mkdtemp(prefix="ivote-compile-")
+    try:
+        helpers = []
+        for _ in range(processes - 1):
+            try:
+                helpers.append(_start_helper(jobs, folder))
+            except OSError as error:  # no process could be started: this process compiles it all
+                _LOG.debug("no helper process for the Numba compilation: %s", error)
+                break
+        report["helpers"] = len(helpers)
+        own_start = time.perf_counter()
+        here = _work(jobs, folder, [kernel for kernel, _ in missing])
+        report["own_seconds"] = time.perf_counter() - own_start
+        deadline = time.perf_counter() + max(30.0, _PATIENCE * report["own_seconds"])
+        for helper in helpers:
+            try:
+                code = helper.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.wait()
+                code = None
+            if code != 0:
+                report["failed"] += 1
+                _LOG.debug("a helper process compiling Numba kernels ended with %s; the call compiles "
+                           "what it left", code)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    names = [kernel.py_func.__name__ for kernel, _ in missing]
+    report["here"] = [names[index] for index in here]
+    report["elsewhere"] = [name for index, name in enumerate(names) if index not in here]
     report["seconds"] = time.perf_counter() - started
     return report

@@ -45,6 +45,7 @@ import numpy as np
 from numba import njit
 
 from .._backend import numba_lock
+from .._compile import compile_ahead
 from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._shape_prior import poses_from_moments
@@ -526,6 +527,9 @@ def _coefficients(batch) -> np.ndarray:
         dtype=np.float32)
 
 
+_AHEAD = False
+
+
 class NumbaStepper:
     """Advance a :class:`~._segment.Batch` with the Numba kernels: ``prior(fit(phi))`` once per
     block, then ``run(phi, count)``; ``reinitialise(phi, clip)`` and ``labels(phi)`` between and after.
@@ -558,6 +562,20 @@ class NumbaStepper:
         self.prior_model = batch.prior
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
         self._reinitialised = None  # (the last reinitialise's output, its moments)
+        global _AHEAD
+        if not _AHEAD:  # the first segmentation in this process: its kernels compiled ahead, in parallel
+            _AHEAD = True
+            compile_ahead(self._dry_run)
+
+    def _dry_run(self):
+        """Every kernel of a segmentation, as ``ivote._compile.compile_ahead`` records them (no kernel
+        runs, no state changes): their argument types do not depend on the batch's sizes."""
+        phi = np.zeros(self.batch.valid.shape, dtype=np.float32)
+        boxes = self._boxes(phi)
+        self._measure(boxes, None, 0.0)
+        self._measure(boxes, np.empty_like(boxes), 1.0)
+        self.prior(np.zeros((len(self.psi), 1), dtype=np.float32))
+        self.run(phi, 1)
 
     def _boxes(self, phi):
         return np.ascontiguousarray(phi, dtype=np.float32).reshape(phi.shape[0], -1)
