@@ -118,10 +118,18 @@ def _work(jobs, folder: str, kernels) -> list[int]:
 def _start_helper(jobs, folder: str) -> subprocess.Popen:
     """A fresh Python process working through ``jobs`` ((module, qualified name, signature)), taking
     them in ``folder``; it imports what this process imports (its ``sys.path``: the same copy of
-    ivote, so the same cache)."""
+    ivote) and writes to the cache folder this process reads (``numba.config.CACHE_DIR``)."""
+    from numba.core import config
+
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
     env[_ENV] = "1"
+    # the cache folder this process's Numba read at its import, not the environment's now (changed
+    # since, the helper's files would land where this process never looks)
+    if config.CACHE_DIR:
+        env["NUMBA_CACHE_DIR"] = config.CACHE_DIR
+    else:
+        env.pop("NUMBA_CACHE_DIR", None)
     helper = subprocess.Popen([sys.executable, "-c", _HELPER_CODE], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:

@@ -67,9 +67,9 @@ def test_recording_runs_no_kernel_and_lists_each_signature_once(kernels):
     np.testing.assert_array_equal(out, -(((-1.0 + 2.0) * 3.0 + 1.0) + 1.0) * np.ones(5))
 
 
-def test_helper_compiles_what_it_takes_into_the_cache_and_the_call_loads_it(kernels):
-    out = np.zeros(4)
-    # the helper starts while this process compiles the first (longest) kernel: it takes the other
+def _helper_first(monkeypatch):
+    """This process starts on its jobs once the helper has taken the first (not before: a helper
+    that starts late takes none, and a test of its work then tests nothing)."""
     original = _compile._work
 
     def wait_for_the_helper(jobs, folder, kernels_):
@@ -78,11 +78,14 @@ def test_helper_compiles_what_it_takes_into_the_cache_and_the_call_loads_it(kern
             time.sleep(0.01)  # the helper takes the first job...
         return original(jobs, folder, kernels_)  # ...and this process the next
 
-    _compile._work = wait_for_the_helper
-    try:
-        report = _compile.compile_ahead(lambda: _run(kernels, out), processes=2)
-    finally:
-        _compile._work = original
+    monkeypatch.setattr(_compile, "_work", wait_for_the_helper)
+
+
+def test_helper_compiles_what_it_takes_into_the_cache_and_the_call_loads_it(kernels, monkeypatch):
+    out = np.zeros(4)
+    _helper_first(monkeypatch)
+    report = _compile.compile_ahead(lambda: _run(kernels, out), processes=2)
+    monkeypatch.undo()
     assert report["needed"] == ["add", "scale"] and report["missing"] == ["add", "scale"]
     assert report["failed"] == 0 and report["helpers"] == 1
     assert len(report["elsewhere"]) == 1 and len(report["here"]) == 1
@@ -95,6 +98,21 @@ def test_helper_compiles_what_it_takes_into_the_cache_and_the_call_loads_it(kern
     # all compiled now: nothing is missing, no helper starts
     again = _compile.compile_ahead(lambda: _run(kernels, out), processes=2)
     assert again["missing"] == [] and again["helpers"] == 0
+
+
+def test_helper_writes_to_the_cache_this_process_reads(kernels, monkeypatch, tmp_path):
+    """NUMBA_CACHE_DIR set (or unset) after Numba's import: this process's Numba still reads the
+    folder it read then; the helper writes there too, not where the environment now says."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    _helper_first(monkeypatch)
+    out = np.zeros(4)
+    report = _compile.compile_ahead(lambda: _run(kernels, out), processes=2)
+    assert report["failed"] == 0 and report["elsewhere"]
+    for name in report["elsewhere"]:
+        assert getattr(kernels, name).signatures == []
+    _run(kernels, out)
+    for name in report["elsewhere"]:
+        assert not getattr(kernels, name).stats.cache_misses, name  # loaded, not compiled again
 
 
 def test_a_failing_helper_costs_only_time(kernels, monkeypatch):
