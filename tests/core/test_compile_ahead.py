@@ -76,7 +76,7 @@ def _helper_first(monkeypatch):
         deadline = time.time() + 120
         while len(os.listdir(folder)) == 0 and time.time() < deadline:
             time.sleep(0.01)  # the helper takes the first job...
-        return original(jobs, folder, kernels_)  # ...and this process the next
+        return original(jobs, folder, kernels_)  # ...and this process the next, unless the helper was quicker
 
     monkeypatch.setattr(_compile, "_work", wait_for_the_helper)
 
@@ -88,7 +88,7 @@ def test_helper_compiles_what_it_takes_into_the_cache_and_the_call_loads_it(kern
     monkeypatch.undo()
     assert report["needed"] == ["add", "scale"] and report["missing"] == ["add", "scale"]
     assert report["failed"] == 0 and report["helpers"] == 1
-    assert len(report["elsewhere"]) == 1 and len(report["here"]) == 1
+    assert report["elsewhere"] and len(report["here"]) <= 1  # the helper may take both (this process slowed)
     assert sorted(report["elsewhere"] + report["here"]) == ["add", "scale"]
     helped = getattr(kernels, report["elsewhere"][0])
     assert helped.signatures == []  # this process did not compile it...
@@ -146,12 +146,20 @@ def test_each_job_is_taken_once_longest_first(tmp_path, kernels):
 
 
 _FIRST_CALL = """
-import json
+import json, os, time
 import ivote
+from ivote import _compile
 from ivote.detect import _numba as detect_kernels
 from ivote.segment import _numba as segment_kernels
 module = {"detect": detect_kernels, "segment": segment_kernels}[STAGE]
 reports = []
+original_work = _compile._work
+def work_after_the_helper(jobs, folder, kernels):  # the helper takes the first job: it surely has one
+    deadline = time.time() + 120
+    while not os.listdir(folder) and time.time() < deadline:
+        time.sleep(0.01)
+    return original_work(jobs, folder, kernels)
+_compile._work = work_after_the_helper
 original = module.compile_ahead
 module.compile_ahead = lambda run, processes=None: reports.append(original(run, 2)) or reports[-1]
 sample = ivote.synthetic_nuclei((64, 80), radius=5.0, seed=3)
