@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -135,6 +136,20 @@ def test_one_process_or_a_disabled_cache_starts_no_helper(kernels, monkeypatch):
     monkeypatch.setattr(_compile, "_on_disk", lambda kernel, signature: None)  # the cache cannot be told
     report = _compile.compile_ahead(lambda: _run(kernels, out), processes=4)
     assert report["helpers"] == 0 and report["here"] == []
+
+
+def test_a_failing_or_warning_dry_run_leaves_the_call_alone(kernels):
+    """The dry run reads arrays no kernel filled: neither a failure in it nor a floating-point
+    warning about their contents reaches the caller (whose call then compiles its own kernels)."""
+    def fails():
+        for_ranges(kernels.add, 3, np.zeros(3), 1.0)
+        raise IndexError("an index from an array no kernel filled")
+
+    report = _compile.compile_ahead(fails, processes=2)
+    assert report["needed"] == [] and report["helpers"] == 0 and kernels.add.signatures == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _compile.compile_ahead(lambda: np.full(2, 1e308) * 10.0, processes=1)  # overflow: no warning
 
 
 def test_each_job_is_taken_once_longest_first(tmp_path, kernels):
