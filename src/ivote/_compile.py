@@ -126,14 +126,16 @@ def _start_helper(jobs, folder: str) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
     env[_ENV] = "1"
+    env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working folder is not put first on its sys.path
     # the cache folder this process's Numba read at its import, not the environment's now (changed
     # since, the helper's files would land where this process never looks)
     if config.CACHE_DIR:
         env["NUMBA_CACHE_DIR"] = config.CACHE_DIR
     else:
         env.pop("NUMBA_CACHE_DIR", None)
+    no_window = getattr(subprocess, "CREATE_NO_WINDOW", 0)  # Windows: no console flashing up beside napari
     helper = subprocess.Popen([sys.executable, "-c", _HELPER_CODE], stdin=subprocess.PIPE,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, creationflags=no_window)
     try:
         helper.stdin.write(pickle.dumps((jobs, folder)))
         helper.stdin.close()

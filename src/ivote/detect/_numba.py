@@ -886,8 +886,10 @@ _AHEAD_LOCK = threading.Lock()
 def _compile_first(plan: VotingPlan, sign: float, sigma) -> None:
     """At the first detection of its kind (dimensions, blur) in this process, compile the kernels
     it needs ahead, several processes at once (``ivote._compile``: a dry run on a tiny image
-    lists them; their argument types do not depend on the image's size). Later calls, and
-    calls in processes that find the kernels in the cache on disk, compile nothing."""
+    lists them; their argument types do not depend on the image's size, except the uint64
+    records of frames of 2**32 pixels or of blocks whose gradient exceeds the whole image's,
+    ``_record_layout``, which the call then compiles itself). Later calls, and calls in
+    processes that find the kernels in the cache on disk, compile nothing."""
     key = (plan.ndim, sigma is None)
     with _AHEAD_LOCK:
         if key in _AHEAD:

@@ -40,6 +40,7 @@ whatever the input (see ``tests/core/test_segment_numba.py``).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -528,6 +529,7 @@ def _coefficients(batch) -> np.ndarray:
 
 
 _AHEAD = False
+_AHEAD_LOCK = threading.Lock()
 
 
 class NumbaStepper:
@@ -563,8 +565,9 @@ class NumbaStepper:
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
         self._reinitialised = None  # (the last reinitialise's output, its moments)
         global _AHEAD
-        if not _AHEAD:  # the first segmentation in this process: its kernels compiled ahead, in parallel
-            _AHEAD = True
+        with _AHEAD_LOCK:
+            first, _AHEAD = not _AHEAD, True
+        if first:  # the first segmentation in this process: its kernels compiled ahead, in parallel
             compile_ahead(self._dry_run)
 
     def _dry_run(self):
