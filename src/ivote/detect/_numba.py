@@ -27,7 +27,7 @@ turn reads each run's largest vote in two reads of a sparse table of row maxima.
 Voters are handled by class (class direction c; c < K: offset direction c): each pass, the voters of a
 slab are sorted by class with a stable counting sort (``_regroup``), so the
 voters of a group walk the same list of runs: the vote runs item by item (two
-at a time) over the group's voters, the turn voter by voter over the same items, and no
+at a time) over the group's voters, the turn item by item too (each voter's best so far in a key), and no
 loop's length changes from one voter to the next (a short loop whose length
 the branch predictor cannot guess cost more than the marks themselves:
 measured 3x on the votes of the later passes).
