@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -42,13 +43,15 @@ import numpy as np
 from ._backend import cpu_threads
 from ._parallel import recording
 
-__all__ = ["compile_ahead"]
+__all__ = ["compile_ahead", "compile_ahead_once"]
 
 _LOG = logging.getLogger(__name__)
 _ENV = "IVOTE_COMPILE_PROCESSES"
 _PATIENCE = 3.0
 """How much longer than this process's own compiling the helpers may take before they are stopped."""
 _HELPER_CODE = "import sys; from ivote._compile import _helper; sys.exit(_helper())"
+_DONE: set = set()
+_DONE_LOCK = threading.Lock()
 
 
 def _weight(kernel, seen=None, fixed: int = 120) -> int:
@@ -172,6 +175,7 @@ def compile_ahead(run, processes: int | None = None) -> dict:
     with an error), ``seconds``.
     """
     started = time.perf_counter()
+    report = {"needed": [], "missing": [], "here": [], "elsewhere": [], "helpers": 0, "failed": 0, "seconds": 0.0}
     try:
         # the dry run computes on arrays no kernel filled (uninitialised): their floating-point
         # warnings mean nothing, and a failure costs the call only this speed-up
@@ -179,14 +183,13 @@ def compile_ahead(run, processes: int | None = None) -> dict:
             run()
     except Exception as error:  # noqa: BLE001
         _LOG.debug("the dry run listing the Numba kernels failed (%r); the call compiles its own", error)
-        return {"needed": [], "missing": [], "here": [], "elsewhere": [], "helpers": 0, "failed": 0,
-                "seconds": time.perf_counter() - started}
+        report["seconds"] = time.perf_counter() - started
+        return report
     needed = []
     for kernel, signature in calls:
         if (kernel, signature) not in needed:
             needed.append((kernel, signature))
-    report = {"needed": [kernel.py_func.__name__ for kernel, _ in needed], "missing": [], "here": [],
-              "elsewhere": [], "helpers": 0, "failed": 0, "seconds": 0.0}
+    report["needed"] = [kernel.py_func.__name__ for kernel, _ in needed]
     missing = [(kernel, signature) for kernel, signature in needed if signature not in kernel.overloads]
     on_disk = [_on_disk(kernel, signature) for kernel, signature in missing]
     missing = [pair for pair, cached in zip(missing, on_disk) if not cached]
@@ -230,3 +233,14 @@ def compile_ahead(run, processes: int | None = None) -> dict:
     report["elsewhere"] = [name for index, name in enumerate(names) if index not in here]
     report["seconds"] = time.perf_counter() - started
     return report
+
+
+def compile_ahead_once(key, run) -> dict | None:
+    """:func:`compile_ahead` of ``run`` at the first call with ``key`` in this process (the first
+    detection of its kind, the first segmentation), None after: later calls find their kernels
+    compiled. A call that comes while the first is compiling goes on and compiles what it needs."""
+    with _DONE_LOCK:
+        if key in _DONE:
+            return None
+        _DONE.add(key)
+    return compile_ahead(run)

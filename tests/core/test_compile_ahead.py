@@ -175,8 +175,8 @@ def work_after_the_helper(jobs, folder, kernels):  # the helper takes the first 
         time.sleep(0.01)
     return original_work(jobs, folder, kernels)
 _compile._work = work_after_the_helper
-original = module.compile_ahead
-module.compile_ahead = lambda run, processes=None: reports.append(original(run, 2)) or reports[-1]
+original = _compile.compile_ahead  # called by _compile.compile_ahead_once, which both stages use
+_compile.compile_ahead = lambda run, processes=None: reports.append(original(run, 2)) or reports[-1]
 sample = ivote.synthetic_nuclei((64, 80), radius=5.0, seed=3)
 if STAGE == "detect":
     found = len(ivote.iterative_voting(sample.image, radius=5.0, backend="numba").points)
@@ -225,3 +225,13 @@ def test_first_call_in_a_fresh_process_compiles_each_kernel_once(tmp_path, stage
     assert compiled_here <= reach(report["here"])  # nothing compiled here that the dry run missed
     used = {name for name, (hits, misses) in stats.items() if hits + misses}
     assert used <= reach(report["needed"])
+
+
+def test_compile_ahead_once_runs_the_first_call_of_a_key_only(kernels, monkeypatch):
+    calls = []
+    monkeypatch.setattr(_compile, "compile_ahead", lambda run: calls.append(run) or {"needed": []})
+    key = ("test", id(kernels))
+    assert _compile.compile_ahead_once(key, "first") == {"needed": []}
+    assert _compile.compile_ahead_once(key, "second") is None
+    assert _compile.compile_ahead_once(key + ("other",), "third") == {"needed": []}
+    assert calls == ["first", "third"]

@@ -54,14 +54,13 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import numpy as np
 from numba import njit
 from scipy import ndimage
 
 from .._backend import numba_lock
-from .._compile import compile_ahead
+from .._compile import compile_ahead_once
 from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
@@ -879,10 +878,6 @@ def _normalise_part(first, last, signal, out, low, span):
     part /= span
 
 
-_AHEAD: set = set()
-_AHEAD_LOCK = threading.Lock()
-
-
 def _compile_first(plan: VotingPlan, sign: float, sigma) -> None:
     """At the first detection of its kind (dimensions, blur) in this process, compile the kernels
     it needs ahead, several processes at once (``ivote._compile``: a dry run on a tiny image
@@ -890,13 +885,8 @@ def _compile_first(plan: VotingPlan, sign: float, sigma) -> None:
     records of frames of 2**32 pixels or of blocks whose gradient exceeds the whole image's,
     ``_record_layout``, which the call then compiles itself). Later calls, and calls in
     processes that find the kernels in the cache on disk, compile nothing."""
-    key = (plan.ndim, sigma is None)
-    with _AHEAD_LOCK:
-        if key in _AHEAD:
-            return
-        _AHEAD.add(key)
     tiny = np.arange(8.0**plan.ndim).reshape((8,) * plan.ndim)
-    compile_ahead(lambda: detect(tiny, plan, sign, sigma))
+    compile_ahead_once(("detect", plan.ndim, sigma is None), lambda: detect(tiny, plan, sign, sigma))
 
 
 def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None, *, also_finite=None,

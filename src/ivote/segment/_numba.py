@@ -40,13 +40,12 @@ whatever the input (see ``tests/core/test_segment_numba.py``).
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 from numba import njit
 
 from .._backend import numba_lock
-from .._compile import compile_ahead
+from .._compile import compile_ahead_once
 from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
 from ._shape_prior import poses_from_moments
@@ -528,10 +527,6 @@ def _coefficients(batch) -> np.ndarray:
         dtype=np.float32)
 
 
-_AHEAD = False
-_AHEAD_LOCK = threading.Lock()
-
-
 class NumbaStepper:
     """Advance a :class:`~._segment.Batch` with the Numba kernels: ``prior(fit(phi))`` once per
     block, then ``run(phi, count)``; ``reinitialise(phi, clip)`` and ``labels(phi)`` between and after.
@@ -564,11 +559,7 @@ class NumbaStepper:
         self.prior_model = batch.prior
         self.templates = np.ascontiguousarray(batch.prior.templates.reshape(batch.prior.templates.shape[0], -1))
         self._reinitialised = None  # (the last reinitialise's output, its moments)
-        global _AHEAD
-        with _AHEAD_LOCK:
-            first, _AHEAD = not _AHEAD, True
-        if first:  # the first segmentation in this process: its kernels compiled ahead, in parallel
-            compile_ahead(self._dry_run)
+        compile_ahead_once("segment", self._dry_run)  # the first segmentation in this process
 
     def _dry_run(self):
         """Every kernel of a segmentation, as ``ivote._compile.compile_ahead`` records them (no kernel
