@@ -12,7 +12,7 @@ from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["_empty", "_max", "_min"]
+__all__ = ["_empty", "_first_equal16", "_max", "_min"]
 
 
 def _binary(compare):
@@ -74,3 +74,52 @@ def _allocator():
 
 
 _empty = _allocator()
+
+
+def _first_equal_finder():
+    """``_first_equal16(array, index, value)``: the position (0-15) of the first of the 16
+    elements ``array[index:index + 16]`` (uint32, C-contiguous, 1D) equal to ``value``, 16
+    where none is; the caller guarantees that the 16 elements lie inside ``array``. One
+    vector load and compare (LLVM lowers it to the machine's vectors: AVX-512, AVX2, SSE,
+    NEON) and a count of trailing zeros, where a scalar loop stops at a data-dependent
+    element, a branch the predictor misses (measured: the turn's search for the first of a
+    run's equal maxima, 2D 1024² radius 12, one thread, 23 -> 7 ms)."""
+    try:
+        from llvmlite import ir
+        from numba.core import types
+    except ImportError:  # pragma: no cover (another Numba)
+        @njit
+        def first_equal16(array, index, value):
+            j = 0
+            while j < 16 and array[index + j] != value:
+                j += 1
+            return j
+
+        return first_equal16
+
+    @intrinsic
+    def first_equal16(typingctx, array, index, value):
+        if not (isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1
+                and array.layout == "C" and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            word = ir.IntType(32)
+            lanes = ir.VectorType(word, 16)
+            start = builder.gep(data, [args[1]])
+            loaded = builder.load(builder.bitcast(start, lanes.as_pointer()), align=4)
+            wanted = context.cast(builder, args[2], signature.args[2], types.uint32)
+            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(lanes, ir.Undefined), wanted,
+                                                                  ir.Constant(word, 0)),
+                                           ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * 16))
+            bits = builder.bitcast(builder.icmp_unsigned("==", loaded, splat), ir.IntType(16))
+            first = builder.cttz(bits, ir.Constant(ir.IntType(1), 0))  # 16 where no bit is set
+            return builder.zext(first, context.get_value_type(types.int64))
+
+        return types.int64(array, index, value), codegen
+
+    return first_equal16
+
+
+_first_equal16 = _first_equal_finder()

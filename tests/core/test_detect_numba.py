@@ -422,3 +422,21 @@ def test_numba_passes_as_runs_or_pixel_pairs_equal_numpy(monkeypatch, fresh_entr
     assert {vote[3] for _, _, vote, _, _, _ in passes} == {direct_below > 1}  # vote[3]: direct
     got = _numba.run_passes(image.copy(), plan, case["sign"])
     np.testing.assert_array_equal(got, _cpu.run_passes(image.copy(), plan, case["sign"]))
+
+
+def test_first_equal16_is_the_first_match_of_sixteen_elements():
+    from numba import njit
+
+    from ivote._numba_intrinsics import _first_equal16
+
+    @njit
+    def first(array, index, value):
+        return _first_equal16(array, index, value)
+
+    values = np.random.default_rng(3).integers(0, 4, 300).astype(np.uint32)  # many ties and misses
+    for index in range(len(values) - 15):
+        for value in range(5):
+            hits = np.flatnonzero(values[index:index + 16] == value)
+            expected = hits[0] if len(hits) else 16
+            assert first(values, np.uint64(index), np.uint32(value)) == expected
+            assert first(values, index, value) == expected  # signed index and value

@@ -61,7 +61,7 @@ from scipy import ndimage
 
 from .._backend import numba_lock
 from .._compile import compile_ahead_once
-from .._numba_intrinsics import _empty, _max, _min
+from .._numba_intrinsics import _empty, _first_equal16, _max, _min
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
@@ -467,10 +467,9 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
                 best = np.uint32(key >> high)
                 if best > 0:
                     item = last_item - np.int64(key & low)
-                    here = frames[i - v] + step[item]
-                    j = 0
-                    while flat[here + np.uint64(j)] != best:  # the first of the run's equal maxima
-                        j += 1
+                    # the first of the run's equal maxima: a run is at most 16 pixels (_TOP_LEVELS),
+                    # and the 16 read from its start lie in ``flat`` (the field is its first level)
+                    j = _first_equal16(flat, frames[i - v] + step[item], best)
                     grouped[i, _PACKED] = (np.uint64(grouped[i, _PACKED]) & ~mask) | np.uint64(item_k[item] + j)
                 # else: no vote in its cone, its class stays c
             v = e
