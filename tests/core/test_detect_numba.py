@@ -73,47 +73,43 @@ def test_run_tables_hold_exactly_the_cones(radius, spacing):
                 assert np.all(run[:, :-1] == run[0, :-1]) and np.all(np.diff(run[:, -1]) == 1)
 
 
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
-def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype):
-    """``_numba._regroup``: within each slab, voters by class, in their order within a class
-    (a stable counting sort), each a record of its frame index, weight and class, and each
-    slab's largest group (the vote's and turn's scratch size); then, after some records'
-    classes changed (as a turn changes them), it groups those records by their new class,
-    each slab's records the same ones, and the new largest group."""
+@pytest.mark.parametrize("dtype, map_dtype", [(np.uint32, np.uint16), (np.uint64, np.uint32)])
+def test_regroup_sorts_each_slab_by_class_keeping_flat_order(dtype, map_dtype):
+    """``_numba._regroup``: within each slab, the voters (records in flat order) by class, in
+    flat order within a class (a stable counting sort), each a record of its frame index, weight
+    and class, and each slab's largest group (the vote's and turn's scratch size). The first
+    pass takes the classes from the records and writes them into the map by frame index; a
+    later pass takes them from the map (where a turn changed some)."""
     rng = np.random.default_rng(4)
     n_classes = 7
     slab_starts = np.array([0, 40, 41, 41, 100])  # an empty slab and one of a single voter
     n = slab_starts[-1]
-    cls = rng.integers(0, n_classes, n).astype(np.int32)
+    cls = rng.integers(0, n_classes, n).astype(np.int64)
     frame_flat = np.sort(rng.choice(10_000, n, replace=False)).astype(np.int64)
     weights = rng.integers(1, 65535, n).astype(np.uint32)
     shift = 4 * np.dtype(dtype).itemsize  # the packed column: weight << shift | class
     records = np.stack([frame_flat.astype(dtype), (weights.astype(dtype) << dtype(shift)) | cls.astype(dtype)], axis=1)
-    grouped = np.empty((n, 2), dtype)
-    widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, n_classes, records, grouped, widths)
-    frames, got_weights, classes = _numba._record_fields(grouped)
-    perm = np.searchsorted(frame_flat, frames)  # frame indices are unique: which voter each record holds
-    for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
-        np.testing.assert_array_equal(perm[a:b], a + np.argsort(cls[a:b], kind="stable"))
-        assert widths[slab] == np.bincount(cls[a:b], minlength=n_classes).max()
-    np.testing.assert_array_equal(classes, cls[perm])
-    np.testing.assert_array_equal(got_weights, weights[perm])
+    class_map = np.full(10_000, 99, dtype=map_dtype)
 
-    changed = rng.random(n) < 0.3
-    new_class = rng.integers(0, n_classes, n)
-    low = (1 << shift) - 1  # as the turn writes a class: the packed column's low half
-    grouped[changed, 1] = (grouped[changed, 1] & dtype(~low & (2 ** (2 * shift) - 1))) | new_class[changed].astype(dtype)
-    before = _numba._record_fields(grouped)
-    assert np.array_equal(before[0], frames) and np.array_equal(before[1], got_weights)  # only classes changed
-    regrouped = np.empty_like(grouped)
-    _numba._regroup(0, len(slab_starts) - 1, slab_starts, n_classes, grouped, regrouped, widths)
-    after = _numba._record_fields(regrouped)
-    for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
-        assert np.all(np.diff(after[2][a:b]) >= 0)  # grouped by class
-        same = [sorted(zip(*(column[a:b] for column in records))) for records in (before, after)]
-        assert same[0] == same[1]  # the slab's records, each whole
-        assert b == a or widths[slab] == np.bincount(after[2][a:b], minlength=n_classes).max()
+    def regroup(initial, expected_classes):
+        grouped = np.empty((n, 2), dtype)
+        widths = np.full(len(slab_starts) - 1, -1, dtype=np.int64)
+        _numba._regroup(0, len(slab_starts) - 1, slab_starts, n_classes, records, class_map, initial, grouped, widths)
+        frames, got_weights, classes = _numba._record_fields(grouped)
+        perm = np.searchsorted(frame_flat, frames)  # frame indices are unique: which voter each record holds
+        for slab, (a, b) in enumerate(zip(slab_starts[:-1], slab_starts[1:])):
+            np.testing.assert_array_equal(perm[a:b], a + np.argsort(expected_classes[a:b], kind="stable"))
+            assert b == a or widths[slab] == np.bincount(expected_classes[a:b], minlength=n_classes).max()
+        np.testing.assert_array_equal(classes, expected_classes[perm])
+        np.testing.assert_array_equal(got_weights, weights[perm])
+
+    regroup(True, cls)
+    np.testing.assert_array_equal(class_map[frame_flat], cls)  # the first pass wrote the map
+    assert np.all(np.delete(class_map, frame_flat) == 99)  # and nothing else
+    changed = rng.random(n) < 0.3  # as a turn changes classes: in the map
+    new_class = np.where(changed, rng.integers(0, n_classes, n), cls)
+    class_map[frame_flat] = new_class
+    regroup(False, new_class)  # the records' own classes are the first pass's: the map's are read
 
 
 @pytest.mark.parametrize("index", [0, 3])

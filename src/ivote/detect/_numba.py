@@ -25,7 +25,8 @@ pixels an item, and the field is the marks themselves (``_vote_items``). The
 turn reads each run's largest vote in two reads of a sparse table of row maxima.
 
 Voters are handled by class (class direction c; c < K: offset direction c): each pass, the voters of a
-slab are sorted by class with a stable counting sort (``_regroup``), so the
+slab are sorted by class with a stable counting sort (``_regroup``, from their flat order, the class
+each has in a map by frame index that the turn writes), so the
 voters of a group walk the same list of runs: the vote runs item by item (two
 at a time) over the group's voters, the turn item by item too (each voter's best so far in a key), and no
 loop's length changes from one voter to the next (a short loop whose length
@@ -323,17 +324,18 @@ def _direction_bin(ez, ey, ex, cells, ndim):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
-def _regroup(first_slab, last_slab, slab_starts, n_classes, source, grouped, widths):
-    """Slabs first..last: the records ``source`` (``_PACKED``) sorted by class into
-    ``grouped`` (a counting sort, stable: within a class in their order in ``source``);
-    ``widths[slab]``: its largest group, which sizes the scratch of ``_vote`` and ``_turn``.
-    The first pass sorts the voters in flat order (``_voters``), each later pass the last
-    pass's records, grouped by their old class and holding the class their turn gave them
-    (the order within a group changes no vote: sums of integers). Most records keep their
-    class (2D 1024², radius 12: 68 %, 85 %, 92 %, 98 % after the turns of passes 1-4), so
-    the count and the place of a run of one class stay in registers (a counter in memory
-    per record: 8 ms a pass against 4-6), and the stores run along the groups. Measured
-    with one thread, 2D 1024²: regroups 49 -> 35 ms; 3D 96³: 46 -> 29 ms."""
+def _regroup(first_slab, last_slab, slab_starts, n_classes, source, classes, initial, grouped, widths):
+    """Slabs first..last: the voters' records in flat order (``source``, as ``_voters`` wrote
+    them) sorted by class into ``grouped`` (a counting sort, stable: frame order within a
+    class), each with its class of this pass: ``classes[frame index]`` (the last turn wrote
+    it there), or, where ``initial`` (the first pass), the one in its record, then written
+    into ``classes``. ``widths[slab]``: its largest group, which sizes the scratch of
+    ``_vote`` and ``_turn``.
+
+    Every pass sorts the same records in flat order, whose frame indices rise, so the
+    classes are read along ``classes`` (measured with one thread, 2D 1024², radius 12:
+    regroups 29 -> 22 ms against sorting the last pass's groups, each group's records
+    moved where the turn changed their class)."""
     shift = np.uint64(4 * source.itemsize)  # _PACKED
     mask = (np.uint64(1) << shift) - np.uint64(1)
     count = _empty(n_classes + 1, np.int64)
@@ -341,36 +343,26 @@ def _regroup(first_slab, last_slab, slab_starts, n_classes, source, grouped, wid
         count[c] = 0
     for slab in range(first_slab, last_slab):
         a, b = slab_starts[slab], slab_starts[slab + 1]
-        current = -1
-        run = 0
-        for v in range(a, b):
-            c = np.int64(np.uint64(source[v, _PACKED]) & mask)
-            if c == current:
-                run += 1
-            else:
-                if current >= 0:
-                    count[current + 1] += run
-                current = c
-                run = 1
-        if current >= 0:
-            count[current + 1] += run
+        if initial:
+            for v in range(a, b):
+                c = np.uint64(source[v, _PACKED]) & mask
+                classes[np.uint64(source[v, _FRAME])] = c
+                count[np.int64(c) + 1] += 1
+        else:
+            for v in range(a, b):
+                count[np.int64(classes[np.uint64(source[v, _FRAME])]) + 1] += 1
         widest = 0
         for c in range(n_classes):
             widest = _max(widest, count[c + 1])
             count[c + 1] += count[c]
         widths[slab] = widest
-        current = -1
-        place = 0
         for v in range(a, b):
-            c = np.int64(np.uint64(source[v, _PACKED]) & mask)
-            if c != current:
-                if current >= 0:
-                    count[current] = place - a
-                current = c
-                place = a + count[c]
-            grouped[place, _FRAME] = source[v, _FRAME]
-            grouped[place, _PACKED] = source[v, _PACKED]
-            place += 1
+            t = source[v, _FRAME]
+            c = np.uint64(classes[np.uint64(t)])
+            place = a + count[np.int64(c)]
+            count[np.int64(c)] += 1
+            grouped[place, _FRAME] = t
+            grouped[place, _PACKED] = (np.uint64(source[v, _PACKED]) & ~mask) | c
         for c in range(n_classes + 1):
             count[c] = 0
 
@@ -449,13 +441,13 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
 def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, step, first_read, last_read,
-          item_k):
+          item_k, classes):
     """Slabs first..last (any order: nothing is shared): each voter turns towards
     the largest vote of its cone in the last pass (tables ``starts`` ..
     ``item_k``) in the field (the first level of the flat sparse table
     ``flat``), the first offset in lexicographic order on ties: its class
-    becomes offset direction k (written into its record, ``_PACKED``: the next
-    pass's ``_regroup`` reads it there). With no vote in its cone
+    becomes offset direction k (written into ``classes`` at its frame index: the
+    next pass's ``_regroup`` reads it there). With no vote in its cone
     it keeps its direction, so its class.
 
     A run's largest vote is two reads of the sparse table (``_scan_rows``).
@@ -500,7 +492,7 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
                     # the first of the run's equal maxima: a run is at most 16 pixels (_TOP_LEVELS),
                     # and the 16 read from its start lie in ``flat`` (the field is its first level)
                     j = _first_equal16(flat, frames[i - v] + step[item], best)
-                    grouped[i, _PACKED] = (np.uint64(grouped[i, _PACKED]) & ~mask) | np.uint64(item_k[item] + j)
+                    classes[frames[i - v]] = item_k[item] + j
                 # else: no vote in its cone, its class stays c
             v = e
 
@@ -728,8 +720,11 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
                 iter_callback(index, plan.n_passes)
         return frame, np.zeros(frame.size, dtype=np.uint32)
     passes = _entries(plan.radius, plan.spacing, plan.ndim, frame.padded_shape)
-    grouped, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest, frame)  # records in flat order
-    spare = np.empty_like(grouped)  # each pass regroups the records from one into the other
+    in_order, slab_starts, colours = prepare_voters(smoothed, plan, sign, largest, frame)  # records in flat order
+    grouped = np.empty_like(in_order)  # each pass sorts them by class (frame order within a class)
+    # each voter's class at its frame index (uint32 records hold at most 2**16 classes); written by the first
+    # regroup, then by the turns
+    classes = np.empty(frame.size, dtype=np.uint16 if in_order.dtype == np.uint32 else np.uint32)
     marks = np.zeros(frame.size, dtype=np.uint32)
     tops = np.zeros((_TOP_LEVELS[plan.ndim] + 1, frame.size), dtype=np.uint32)
     n_slabs = len(slab_starts) - 1
@@ -739,9 +734,9 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, last_starts, last_step,
-                       last_first, last_last, last_k)
-        grouped, spare = spare, grouped
-        for_ranges(_regroup, n_slabs, slab_starts, len(starts) - 1, spare, grouped, widths)
+                       last_first, last_last, last_k, classes)
+        for_ranges(_regroup, n_slabs, slab_starts, len(starts) - 1, in_order, classes, index == 0, grouped,
+                   widths)
         for slabs in colours:
             for_ranges(_vote, len(slabs), marks, slabs, slab_starts, widths, grouped, *vote)
         final = index == plan.n_passes - 1
