@@ -107,24 +107,27 @@ def _blur_along(first, last, current, out, taps, reflected):
     ``correlate1d(mode='reflect')``'s sums for symmetric taps in its order (as
     ``_blur_across``), each row first copied into a line extended by its reflections
     (``reflected``: position + half -> the column read). SciPy's ``correlate1d`` holds the
-    GIL, so its rows ran one thread at a time (measured: 2D 1024², 6.3 ms on one thread,
-    no faster on two)."""
+    GIL, so its rows ran one thread at a time (measured: 2D 1024², 6.3 ms on one thread, no
+    faster on two; this, 4.0 ms on one)."""
     half = len(taps) // 2
-    X = np.uint64(current.shape[1])
-    wide = np.uint64(len(reflected))
+    X = current.shape[1]
     line = _empty(len(reflected), np.float64)
     centre = taps[half]
+    shift = np.uint64(half)
     for r in range(first, last):
         row = np.uint64(r)
-        for i in range(wide):
+        for i in range(np.uint64(X)):
+            line[i + shift] = current[row, i]
+        for i in range(half):  # the reflected ends
             line[i] = current[row, np.uint64(reflected[i])]
-        for x in range(X):
-            out[row, x] = line[x + np.uint64(half)] * centre
+            line[half + X + i] = current[row, np.uint64(reflected[half + X + i])]
+        for x in range(np.uint64(X)):
+            out[row, x] = line[x + shift] * centre
         for j in range(half, 0, -1):
             lower = np.uint64(half - j)
             upper = np.uint64(half + j)
             tap = taps[half - j]
-            for x in range(X):
+            for x in range(np.uint64(X)):
                 out[row, x] += (line[x + lower] + line[x + upper]) * tap
 
 
