@@ -8,8 +8,8 @@ the cone tables, ``_reference.py`` the oracle): the blur is
 tests the kernels' float32 operations, weights and votes are integers, so the
 vote field, the cells and their scores equal the NumPy path's. Around the
 passes, the voters' set-up is compiled (``_voters``, row by row, straight into
-the passes' order) and so is the blur across rows (``_blur_across``); the blur
-along rows and the local maxima are SciPy and NumPy on ranges of rows in
+the passes' order) and so is the blur (``_blur_along``, ``_blur_across``: SciPy's
+``correlate1d`` holds the GIL); the local maxima are NumPy on ranges of rows in
 parallel, so they add nothing to the first call's compile.
 
 Less work than the GPU's loop for the same votes (``_run_tables.py``): every
