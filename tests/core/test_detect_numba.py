@@ -453,3 +453,27 @@ def test_prefetch_changes_nothing_and_takes_any_index():
 
     values = np.arange(100, dtype=np.uint32)
     assert total(values, 7) == total(values, 10**9) == values.sum()
+
+
+@pytest.mark.parametrize("n_tasks, threads, grain", [(40, 2, 1), (1050, 2, 8), (1050, 16, 8), (10, 2, 4), (3, 8, 1)])
+def test_guided_ranges_cover_the_tasks_once_and_shrink(n_tasks, threads, grain):
+    bounds = _parallel.guided_bounds(n_tasks, threads, grain)
+    sizes = np.diff(bounds)
+    assert bounds[0] == 0 and bounds[-1] == n_tasks and np.all(sizes > 0)
+    assert np.all(np.diff(sizes) <= 0)  # shrinking: a late thread holds the others up for a short range only
+    assert sizes[0] == max(grain, -(-n_tasks // (2 * threads))) or sizes[0] == n_tasks
+    assert np.all(sizes[:-1] >= grain)
+
+
+def test_for_ranges_runs_every_task_once_from_several_threads(monkeypatch):
+    monkeypatch.setattr(_parallel, "cpu_threads", lambda: 3)
+    seen = np.zeros(1000, dtype=np.int64)
+    ranges = []
+
+    def kernel(first, last, out):
+        ranges.append((first, last))
+        out[first:last] += 1
+
+    _parallel.for_ranges(kernel, len(seen), seen, grain=7)
+    assert np.all(seen == 1)
+    assert sorted(ranges) == list(zip(_parallel.guided_bounds(1000, 3, 7)[:-1], _parallel.guided_bounds(1000, 3, 7)[1:]))
