@@ -477,3 +477,28 @@ def test_for_ranges_runs_every_task_once_from_several_threads(monkeypatch):
     _parallel.for_ranges(kernel, len(seen), seen, grain=7)
     assert np.all(seen == 1)
     assert sorted(ranges) == list(zip(_parallel.guided_bounds(1000, 3, 7)[:-1], _parallel.guided_bounds(1000, 3, 7)[1:]))
+
+
+def test_threads_for_a_call_grow_with_its_work():
+    cost = _parallel._WAKE_COST
+    assert _parallel.threads_for(None, 16) == 16  # not measured yet: every thread
+    assert _parallel.threads_for(0.0, 16) == _parallel.threads_for(cost, 16) == 1
+    assert _parallel.threads_for(4.5 * cost, 16) == 2 and _parallel.threads_for(9.5 * cost, 16) == 3
+    assert _parallel.threads_for(1.0, 16) == 16 and _parallel.threads_for(1.0, 2) == 2
+    counts = [_parallel.threads_for(w * cost, 64) for w in range(0, 5000, 7)]
+    assert counts == sorted(counts)
+
+
+def test_for_ranges_runs_a_small_call_on_the_calling_thread(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(_parallel, "cpu_threads", lambda: 4)
+    caller, seen = threading.get_ident(), set()
+
+    def small(first, last):
+        seen.add(threading.get_ident())
+
+    monkeypatch.setitem(_parallel._WORK_PER_TASK, small, 0.0)  # measured: no work to share
+    _parallel.for_ranges(small, 100)
+    assert seen == {caller}
+    assert _parallel._WORK_PER_TASK[small] >= 0.0
