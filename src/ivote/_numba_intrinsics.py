@@ -100,8 +100,9 @@ def _first_equal_finder():
     @intrinsic
     def first_equal16(typingctx, array, index, value):
         if not (isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1
-                and array.layout == "C" and isinstance(index, types.Integer)):
-            return None
+                and array.layout == "C" and isinstance(index, types.Integer)
+                and isinstance(value, types.Integer) and not value.signed and value.bitwidth <= 32):
+            return None  # a uint32 value: a wider or signed one would be cut to 32 bits
 
         def codegen(context, builder, signature, args):
             data = context.make_array(signature.args[0])(context, builder, value=args[0]).data

@@ -40,8 +40,8 @@ empty kernel over 40 tasks takes 3 us on one thread, 63 us on two (2-core VM); t
 segmentation on a 16-core Xeon took 1.86 s on every thread, 1.43 s at 75 us, 0.83 s at 150 us, 0.81 s
 at 300 us; on the 2-core VM 0.37 s at 0-150 us and 0.46 s at 300 us (its iterations then run on one
 thread). The detection's kernels, milliseconds each, use every thread of either."""
-_WORK_PER_TASK: dict = {}
-"""Per kernel: seconds of work per task in its last call (the sum over its ranges)."""
+_WORK: dict = {}
+"""Per kernel and shapes (``_work_key``): seconds of work of its last call (the sum over its ranges)."""
 
 
 @contextlib.contextmanager
@@ -92,12 +92,33 @@ def threads_for(work: float | None, threads: int) -> int:
     return max(1, min(threads, math.isqrt(int(work / _WAKE_COST))))
 
 
+def _work_key(kernel, n_tasks: int, args) -> tuple:
+    """What a kernel's measured work is kept under: the kernel, its task count, its arrays'
+    shapes and its other arguments but floats (a stage number, a flag), so that calls whose
+    tasks differ in size (the blur across planes and across rows, the set-up's stages, a small
+    image then a large one) are not judged by each other."""
+    parts = [kernel, n_tasks]
+    for value in args:
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            parts.append(tuple(shape))
+        elif isinstance(value, (bool, int, str)):
+            parts.append(value)
+    return tuple(parts)
+
+
+_MAX_KEYS = 4096
+"""Measurements kept at most (a long session on images of many shapes): beyond, they start over."""
+
+
 def for_ranges(kernel, n_tasks: int, *args, grain: int = 1) -> None:
     """``kernel(first, last, *args)`` over ranges covering ``0 .. n_tasks``, in parallel.
 
     ``grain``: the smallest range worth a thread. One range (one thread, few tasks,
-    or too little work for more: :func:`threads_for`, from the kernel's last call)
-    runs in the calling thread. Ranges: :func:`guided_bounds`.
+    or too little work for more: :func:`threads_for`, from the last call of the kernel
+    on the same shapes, ``_work_key``) runs in the calling thread. Ranges:
+    :func:`guided_bounds`. A kernel's exception stops the ranges not yet started and
+    is raised once every running range has ended.
     """
     calls = _RECORDING.get()
     if calls is not None and hasattr(kernel, "compile"):
@@ -105,12 +126,17 @@ def for_ranges(kernel, n_tasks: int, *args, grain: int = 1) -> None:
 
         calls.append((kernel, tuple(typeof(value) for value in (0, n_tasks, *args))))
         return
-    per_task = _WORK_PER_TASK.get(kernel)
-    threads = threads_for(None if per_task is None else per_task * n_tasks, cpu_threads())
+    if n_tasks <= 0:  # nothing to share out, nothing to learn
+        kernel(0, n_tasks, *args)
+        return
+    key = _work_key(kernel, n_tasks, args)
+    threads = threads_for(_WORK.get(key), cpu_threads())
+    if len(_WORK) >= _MAX_KEYS:
+        _WORK.clear()
     if threads <= 1 or n_tasks < 2 * max(grain, 1):
         start = time.perf_counter()
         kernel(0, n_tasks, *args)
-        _WORK_PER_TASK[kernel] = (time.perf_counter() - start) / max(n_tasks, 1)
+        _WORK[key] = time.perf_counter() - start
         return
     bounds = guided_bounds(n_tasks, threads, grain)
     parts = len(bounds) - 1
@@ -119,19 +145,28 @@ def for_ranges(kernel, n_tasks: int, *args, grain: int = 1) -> None:
     pending = iter(zip(bounds[:-1], bounds[1:]))
     lock = threading.Lock()
     spent = []  # seconds of each range
+    failed = []  # set by a range that raised: the others start no more
 
     def worker():
-        while True:
+        while not failed:
             with lock:
                 nxt = next(pending, None)
             if nxt is None:
                 return
             start = time.perf_counter()
-            kernel(nxt[0], nxt[1], *args)
+            try:
+                kernel(nxt[0], nxt[1], *args)
+            except BaseException:
+                failed.append(True)
+                raise
             spent.append(time.perf_counter() - start)
 
     futures = [pool.submit(worker) for _ in range(min(threads, parts) - 1)]
-    worker()  # the caller works too: no wait on a busy pool
+    try:
+        worker()  # the caller works too: no wait on a busy pool
+    finally:
+        for future in futures:
+            future.exception()  # waits: no range still runs on the arrays when this returns or raises
     for future in futures:
         future.result()
-    _WORK_PER_TASK[kernel] = sum(spent) / n_tasks
+    _WORK[key] = sum(spent)

@@ -435,7 +435,7 @@ def test_first_equal16_is_the_first_match_of_sixteen_elements():
             hits = np.flatnonzero(values[index:index + 16] == value)
             expected = hits[0] if len(hits) else 16
             assert first(values, np.uint64(index), np.uint32(value)) == expected
-            assert first(values, index, value) == expected  # signed index and value
+            assert first(values, index, np.uint32(value)) == expected  # a signed index
 
 
 def test_prefetch_changes_nothing_and_takes_any_index():
@@ -498,7 +498,46 @@ def test_for_ranges_runs_a_small_call_on_the_calling_thread(monkeypatch):
     def small(first, last):
         seen.add(threading.get_ident())
 
-    monkeypatch.setitem(_parallel._WORK_PER_TASK, small, 0.0)  # measured: no work to share
+    monkeypatch.setitem(_parallel._WORK, _parallel._work_key(small, 100, ()), 0.0)  # measured: no work to share
     _parallel.for_ranges(small, 100)
     assert seen == {caller}
-    assert _parallel._WORK_PER_TASK[small] >= 0.0
+
+
+def test_an_empty_call_or_other_shapes_keep_a_kernels_measure(monkeypatch):
+    """The work a kernel's call is judged by comes from its last call on the same task count and
+    shapes: an empty call (a colour without slabs) or a call on other arrays (the blur across
+    planes, then across rows) leaves it alone (found by the review: both ran on one thread)."""
+    import time
+
+    monkeypatch.setattr(_parallel, "cpu_threads", lambda: 4)
+
+    def kernel(first, last, out):
+        time.sleep(0.0005 * (last - first))
+
+    big, small = np.zeros((40, 8)), np.zeros((40, 2))
+    _parallel.for_ranges(kernel, 40, big)
+    key = _parallel._work_key(kernel, 40, (big,))
+    assert _parallel.threads_for(_parallel._WORK[key], 4) > 1  # 20 ms of work: worth several threads
+    _parallel.for_ranges(kernel, 0, big)
+    _parallel.for_ranges(kernel, 40, small)  # another shape: measured on its own
+    assert _parallel._work_key(kernel, 40, (small,)) != key
+    assert _parallel.threads_for(_parallel._WORK[key], 4) > 1
+
+
+def test_a_kernels_exception_is_raised_after_every_range_ended(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(_parallel, "cpu_threads", lambda: 3)
+    caller, running, ended = threading.get_ident(), [], []
+
+    def kernel(first, last, out):
+        running.append(first)
+        if threading.get_ident() == caller:
+            raise RuntimeError("kernel failed")
+        time.sleep(0.05)
+        ended.append(first)
+
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        _parallel.for_ranges(kernel, 60, np.zeros(60))
+    assert len(ended) == len(running) - 1  # every range the pool started had ended: none ran on after the raise
