@@ -1,15 +1,18 @@
 """Numba intrinsics shared by the compiled CPU kernels (``detect/_numba.py``, ``segment/_numba.py``):
 the same code as Numba's ``min``/``max`` and ``np.empty``, emitted in place instead of through their
 overloads, which compile a function of their own per argument type at the first call (measured: a
-tenth of the segmentation kernels' compilation; 0.5 s of the first detection's)."""
+tenth of the segmentation kernels' compilation; 0.5 s of the first detection's); and two LLVM
+operations Numba has no word for, a 16-wide compare (``_first_equal16``) and a prefetch
+(``_prefetch``)."""
 
 from __future__ import annotations
 
 import operator
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
-from numba.core import cgutils
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 __all__ = ["_empty", "_first_equal16", "_max", "_min", "_prefetch"]
@@ -45,7 +48,6 @@ def _allocator():
     and literal length (0.03-0.15 s each at the first segmentation). ``np.empty`` where Numba's
     array internals are not there."""
     try:
-        from numba.core import types
         from numba.np.arrayobj import make_array, populate_array
     except ImportError:  # pragma: no cover (another Numba)
         return njit(lambda length, dtype: np.empty(length, dtype=dtype))
@@ -76,89 +78,60 @@ def _allocator():
 _empty = _allocator()
 
 
-def _first_equal_finder():
+def _element_address(context, builder, array_type, array, index, pointee):
+    """The address of ``array[index]`` (a 1D C-contiguous array) as a pointer to ``pointee``."""
+    data = context.make_array(array_type)(context, builder, value=array).data
+    return builder.bitcast(builder.gep(data, [index]), pointee.as_pointer())
+
+
+@intrinsic
+def _first_equal16(typingctx, array, index, value):
     """``_first_equal16(array, index, value)``: the position (0-15) of the first of the 16
-    elements ``array[index:index + 16]`` (uint32, C-contiguous, 1D) equal to ``value``, 16
-    where none is; the caller guarantees that the 16 elements lie inside ``array``. One
-    vector load and compare (LLVM lowers it to the machine's vectors: AVX-512, AVX2, SSE,
+    elements ``array[index:index + 16]`` (uint32, C-contiguous, 1D) equal to ``value`` (a
+    uint32), 16 where none is; the caller guarantees that the 16 elements lie inside ``array``.
+    One vector load and compare (LLVM lowers it to the machine's vectors: AVX-512, AVX2, SSE,
     NEON) and a count of trailing zeros, where a scalar loop stops at a data-dependent
     element, a branch the predictor misses (measured: the turn's search for the first of a
     run's equal maxima, 2D 1024² radius 12, one thread, 23 -> 7 ms)."""
-    try:
-        from llvmlite import ir
-        from numba.core import types
-    except ImportError:  # pragma: no cover (another Numba)
-        @njit
-        def first_equal16(array, index, value):
-            j = 0
-            while j < 16 and array[index + j] != value:
-                j += 1
-            return j
+    if not (isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1
+            and array.layout == "C" and isinstance(index, types.Integer)
+            and isinstance(value, types.Integer) and not value.signed and value.bitwidth <= 32):
+        return None  # a uint32 value: a wider or signed one would be cut to 32 bits
 
-        return first_equal16
+    def codegen(context, builder, signature, args):
+        word = ir.IntType(32)
+        lanes = ir.VectorType(word, 16)
+        loaded = builder.load(_element_address(context, builder, signature.args[0], args[0], args[1], lanes), align=4)
+        wanted = context.cast(builder, args[2], signature.args[2], types.uint32)
+        splat = builder.shuffle_vector(builder.insert_element(ir.Constant(lanes, ir.Undefined), wanted,
+                                                              ir.Constant(word, 0)),
+                                       ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * 16))
+        bits = builder.bitcast(builder.icmp_unsigned("==", loaded, splat), ir.IntType(16))
+        first = builder.cttz(bits, ir.Constant(ir.IntType(1), 0))  # 16 where no bit is set
+        return builder.zext(first, context.get_value_type(types.int64))
 
-    @intrinsic
-    def first_equal16(typingctx, array, index, value):
-        if not (isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1
-                and array.layout == "C" and isinstance(index, types.Integer)
-                and isinstance(value, types.Integer) and not value.signed and value.bitwidth <= 32):
-            return None  # a uint32 value: a wider or signed one would be cut to 32 bits
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
-            word = ir.IntType(32)
-            lanes = ir.VectorType(word, 16)
-            start = builder.gep(data, [args[1]])
-            loaded = builder.load(builder.bitcast(start, lanes.as_pointer()), align=4)
-            wanted = context.cast(builder, args[2], signature.args[2], types.uint32)
-            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(lanes, ir.Undefined), wanted,
-                                                                  ir.Constant(word, 0)),
-                                           ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * 16))
-            bits = builder.bitcast(builder.icmp_unsigned("==", loaded, splat), ir.IntType(16))
-            first = builder.cttz(bits, ir.Constant(ir.IntType(1), 0))  # 16 where no bit is set
-            return builder.zext(first, context.get_value_type(types.int64))
-
-        return types.int64(array, index, value), codegen
-
-    return first_equal16
+    return types.int64(array, index, value), codegen
 
 
-_first_equal16 = _first_equal_finder()
-
-
-def _prefetcher():
+@intrinsic
+def _prefetch(typingctx, array, index):
     """``_prefetch(array, index)``: asks the CPU to bring the cache line of ``array[index]``
     (1D, C-contiguous) closer, for a read soon (``llvm.prefetch``; an index outside the
     array is harmless: a prefetch never faults). Used where the next reads are known but lie
     past what the CPU's out-of-order window sees: the turn's next item, one group of voters
-    later (measured: 2D 1024² radius 12, one thread, turns 96 -> 75 ms). A no-op where
-    llvmlite is not there."""
-    try:
-        from llvmlite import ir
-        from numba.core import types
-    except ImportError:  # pragma: no cover (another Numba)
-        return njit(lambda array, index: None)
+    later (measured: 2D 1024² radius 12, one thread, turns 96 -> 75 ms)."""
+    if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
+            and isinstance(index, types.Integer)):
+        return None
 
-    @intrinsic
-    def prefetch(typingctx, array, index):
-        if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
-                and isinstance(index, types.Integer)):
-            return None
+    def codegen(context, builder, signature, args):
+        byte = ir.IntType(8)
+        address = _element_address(context, builder, signature.args[0], args[0], args[1], byte)
+        word = ir.IntType(32)
+        function = builder.module.declare_intrinsic(
+            "llvm.prefetch", (), ir.FunctionType(ir.VoidType(), [byte.as_pointer(), word, word, word]))
+        # read (0), keep in all cache levels (3), data cache (1)
+        builder.call(function, [address, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
-            byte_pointer = ir.IntType(8).as_pointer()
-            address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
-            word = ir.IntType(32)
-            function = builder.module.declare_intrinsic(
-                "llvm.prefetch", (), ir.FunctionType(ir.VoidType(), [byte_pointer, word, word, word]))
-            # read (0), keep in all cache levels (3), data cache (1)
-            builder.call(function, [address, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
-            return context.get_dummy_value()
-
-        return types.none(array, index), codegen
-
-    return prefetch
-
-
-_prefetch = _prefetcher()
+    return types.none(array, index), codegen
