@@ -1,0 +1,25 @@
+"""Griffe extension for the API reference: the docstrings' reST roles as code spans.
+
+The docstrings are numpydoc and name other objects with reST roles
+(``:func:`iterative_voting```, ``:class:`~ivote.ImageFile```), which Markdown would show
+verbatim; this turns each into a code span (the last dotted part for a ``~`` name).
+"""
+
+from __future__ import annotations
+
+import re
+
+from griffe import Extension
+
+_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|obj|exc|const|ref|term):`(~?)([^`<]+?)(?:\s*<[^>]+>)?`")
+
+
+def _code_span(match: re.Match) -> str:
+    short, name = match.group(1), match.group(2).strip()
+    return f"`{name.rsplit('.', 1)[-1] if short else name}`"
+
+
+class SphinxRoles(Extension):
+    def on_instance(self, *, obj, **kwargs) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = _ROLE.sub(_code_span, obj.docstring.value)
