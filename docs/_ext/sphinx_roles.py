@@ -2,7 +2,8 @@
 
 The docstrings are numpydoc and name other objects with reST roles
 (``:func:`iterative_voting```, ``:class:`~ivote.ImageFile```), which Markdown would show
-verbatim; this turns each into a code span (the last dotted part for a ``~`` name).
+verbatim; this turns each into a code span (the last dotted part for a ``~`` name) and
+``:doi:`X``` into a link to https://doi.org/X.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 
 from griffe import Extension
 
+_DOI = re.compile(r":(?:doi|DOI):`([^`]+)`")
 _ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|obj|exc|const|ref|term):`(~?)([^`<]+?)(?:\s*<[^>]+>)?`")
 
 
@@ -22,4 +24,5 @@ def _code_span(match: re.Match) -> str:
 class SphinxRoles(Extension):
     def on_instance(self, *, obj, **kwargs) -> None:
         if obj.docstring is not None:
-            obj.docstring.value = _ROLE.sub(_code_span, obj.docstring.value)
+            text = _DOI.sub(lambda m: f"[doi:{m.group(1)}](https://doi.org/{m.group(1)})", obj.docstring.value)
+            obj.docstring.value = _ROLE.sub(_code_span, text)
