@@ -26,8 +26,8 @@ VOTER_FLOOR = 1.0 / 64.0
 Every backend reads it as ``VotingPlan.min_weight`` (the quantised weight must reach
 ``ceil(VOTER_FLOOR * weight_scale)``). Being relative to the single largest gradient,
 it decides how far below the brightest object a nucleus can be and still vote. Higher
-floors were measured (2026-11-24, ``benchmarks/studies/voter_floor.py``, docs/detect.md "Which
-gradients vote"): 1/48 silences nuclei of 0.15 x a bright one beside a speck 10 x
+floors were measured (2026-11-24, ``benchmarks/studies/voter_floor.py``, docs/detect.md "The voter
+floor"): 1/48 silences nuclei of 0.15 x a bright one beside a speck 10 x
 brighter that 1/64 finds, 1/32 costs 0.006 F1 on dsb2018 and 1/16 0.03-0.07 on four
 datasets, while the CPU time falls far less than the voters (1/48: -8 % in 2D, nothing
 measurable in 3D). So it stays at 1/64."""
