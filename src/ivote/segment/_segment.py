@@ -422,7 +422,7 @@ def segment_nuclei(
     ----------
     .. [1] S. Ali, A. Madabhushi, "Graphical processing unit implementation of an
        integrated shape-based active contour: application to digital pathology",
-       J. Pathol. Inform. 2:13 (2011). :DOI:`10.4103/2153-3539.92028`
+       J. Pathol. Inform. 2:13 (2011). :DOI:`10.4103/2153-3539.92029`
     .. [2] S. Ali, A. Madabhushi, "An integrated region-, boundary-, shape-based
        active contour for multiple object overlap resolution in histological
        imagery", IEEE Trans. Med. Imaging 31(7):1448-1460 (2012).

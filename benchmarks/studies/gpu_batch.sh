@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device batch for a session's merge: GPU tests in a fresh process (standard
-# order and the order that used to fail), then detection accuracy on the GPU with
-# the per-image labels radius and radius="auto".
+# One GPU batch: the GPU tests in a fresh process (the standard order, then the
+# distributed and reliability GPU tests first, an order that once failed), then
+# detection accuracy on the GPU with the per-image labels radius and radius="auto".
 # Needs the evaluation data in .eval_data/ and the Dask wheels in .whl/ (carry both).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"

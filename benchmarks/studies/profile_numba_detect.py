@@ -10,7 +10,7 @@ sorting the cells). ``--per-pass``: also the voting kernels pass by pass
 the regroup, the vote (one number per colour), the scan, and the turn that
 ends the pass (it reads that pass's votes, with its cones).
 
-Usage: NUMBA_NUM_THREADS=1 python benchmarks/profile_numba_detect.py [--side2 1024] [--side3 96] [--repeat 5]
+Usage: NUMBA_NUM_THREADS=1 python benchmarks/studies/profile_numba_detect.py [--side2 1024] [--side3 96] [--repeat 5]
        [--per-pass]
 """
 

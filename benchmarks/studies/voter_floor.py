@@ -22,7 +22,7 @@ largest (``plan.weight_scale`` levels), reaches ``VOTER_FLOOR`` of the largest
 The floor is set in-process (``_plan.VOTER_FLOOR`` and the plan cache cleared),
 so every backend sees it through ``plan.min_weight``.
 
-Usage: NUMBA_NUM_THREADS=1 python benchmarks/voter_floor.py [--parts synthetic,dim,data]
+Usage: NUMBA_NUM_THREADS=1 python benchmarks/studies/voter_floor.py [--parts synthetic,dim,data]
        [--floors 64,32,16] [--count-floors 64,48,32,24,16,12,8] [--every 4] [--datasets a,b]
        [--modes labels,auto] [--side 256] [--floors3d 64,16] [--out FILE]
 (floors are given as denominators: 16 means 1/16).
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the accuracy scripts
 import accuracy_detect as acc  # noqa: E402  (same loading, tolerance, oracle and AP)
 
 import ivote  # noqa: E402

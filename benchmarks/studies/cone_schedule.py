@@ -34,7 +34,7 @@ The schedule is swapped in-process: ``_plan.cone_angles`` is replaced and every
 memoized table of ``ivote.detect`` cleared (they are keyed on radius, spacing
 and ndim only), so every backend sees the schedule through ``plan.cos_half32``.
 
-Usage: NUMBA_NUM_THREADS=1 python benchmarks/cone_schedule.py [--parts work,parity,synthetic,data,cpu]
+Usage: NUMBA_NUM_THREADS=1 python benchmarks/studies/cone_schedule.py [--parts work,parity,synthetic,data,cpu]
        [--schedules halve,third,quarter,...] [--every 1] [--datasets a,b] [--mode labels|auto] [--rounds 5]
        [--side 128] [--out FILE]
 """
@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the accuracy scripts
 import accuracy_detect as acc  # noqa: E402  (same loading, radius from labels, tolerance, oracle and AP)
 
 import ivote  # noqa: E402

@@ -9,7 +9,7 @@ largest relative score difference, whether every candidate (local maximum) and
 its contrast agree, the match to the ground truth (F1, the same for both when
 the points agree) and both run times.
 
-Usage: python benchmarks/parity_numba_detect.py [--data DIR] [--datasets bbbc039,gbm40,stardist3d,qcanet3d]
+Usage: python benchmarks/studies/parity_numba_detect.py [--data DIR] [--datasets bbbc039,gbm40,stardist3d,qcanet3d]
        [--max-images 3] [--out FILE]
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the accuracy scripts
 from accuracy_detect import RADIUS_FACTOR, REPO, dataset_geometry, load_dataset  # noqa: E402
 
 from ivote._backend import backend_name, cpu_threads  # noqa: E402

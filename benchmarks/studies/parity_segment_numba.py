@@ -2,7 +2,7 @@
 with the true centres, per-object IoU between the two label images, and F1 at IoU 0.5 of each
 against the ground truth. Same geometry and radius rule as ``accuracy_segment.py``.
 
-Usage: python benchmarks/parity_segment_numba.py [--data ../shared/data] [--datasets bbbc039 stardist3d]
+Usage: python benchmarks/studies/parity_segment_numba.py [--data ../shared/data] [--datasets bbbc039 stardist3d]
        [--max-images N] [--out FILE]
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the accuracy scripts
 from accuracy_segment import RADIUS_FACTOR, geometry, load_dataset, preprocess  # noqa: E402
 
 from ivote.metrics import match_labels  # noqa: E402

@@ -24,7 +24,7 @@ inside a labelled nucleus that no detection matched (off its centre by more
 than the tolerance) or inside one already matched (a second maximum), and
 false negatives; and the same counts at the per-image oracle threshold.
 
-Usage: python benchmarks/detect_threshold_rules.py DIR [--errors] [--data DIR] [--out FILE]
+Usage: python benchmarks/studies/detect_threshold_rules.py DIR [--errors] [--data DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the accuracy scripts
 from accuracy_detect import DEFAULT_DATA, oracle_match  # noqa: E402
 
 from ivote.detect import auto_threshold, otsu_threshold, reference_threshold  # noqa: E402
