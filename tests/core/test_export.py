@@ -229,6 +229,20 @@ def test_failed_export_leaves_the_old_file(tmp_path):
     assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["o.zip"]
 
 
+def test_outlines_at_the_border_and_large_ids(tmp_path):
+    labels = np.zeros((12, 10), dtype=np.int64)
+    labels[:3, :3] = 2**40  # touches two image edges; an id far above the pixel count
+    labels[5:, 4:] = 7  # touches two others
+    labels[11, 0] = 3  # one pixel in a corner
+    outlines = {o.label: o for o in label_outlines(labels)}
+    assert sorted(outlines) == [3, 7, 2**40]
+    features = _qupath_features(write_outlines_geojson(tmp_path / "o.geojson", labels, measurements=False))
+    for feature in features:
+        label = feature["properties"]["measurements"]["label"]
+        mask = _rasterise_xy(_rings(shape(feature["geometry"])), labels.shape)
+        np.testing.assert_array_equal(mask, labels == label)
+
+
 def test_bad_labels_are_refused():
     with pytest.raises(ValueError, match="integer label image"):
         label_outlines(np.zeros((4, 4), dtype=float))

@@ -81,12 +81,15 @@ def _plane_outlines(plane: np.ndarray, z: int | None) -> list[Outline]:
     from scipy import ndimage
     from skimage.measure import find_contours
 
+    from ..measure._measure import _compact
+
+    compact, given = _compact(plane)  # ids such as 2**40 would make find_objects list that many boxes
     outlines = []
-    for index, box in enumerate(ndimage.find_objects(plane)):
+    for index, box in enumerate(ndimage.find_objects(compact)):
         if box is None:
             continue
-        label = index + 1
-        mask = np.pad(plane[box] == label, 1).astype(np.float32)
+        label = index + 1 if given is None else int(given[index + 1])
+        mask = np.pad(compact[box] == index + 1, 1).astype(np.float32)
         # 'high': pixels of the label touching at a corner stay one outline, as 8-connected
         # components are one nucleus
         rings = find_contours(mask, 0.5, fully_connected="high")
