@@ -294,7 +294,8 @@ def read_regions_geojson(path) -> list[Region]:
 
     A feature's name is its QuPath classification's name, else its ``name`` property, else
     ``region <n>``; features of one name are merged. Coordinates are shifted by half a pixel
-    into napari-ivote's pixel convention. Point and line features are skipped. Invalid rings
+    into napari-ivote's pixel convention. Point and line features, and QuPath detections, cells
+    and tiles (``objectType``), are skipped. Invalid rings
     (self-crossing, as hand-drawn ones can be) are repaired with shapely's ``make_valid``.
     """
     shapely = _shapely()
@@ -308,6 +309,8 @@ def read_regions_geojson(path) -> list[Region]:
         if geometry.get("type") not in ("Polygon", "MultiPolygon"):
             continue
         properties = feature.get("properties") if isinstance(feature.get("properties"), dict) else {}
+        if properties.get("objectType", properties.get("object_type")) in ("detection", "cell", "tile"):
+            continue  # nuclei or tiles, not regions
         classification = properties.get("classification")
         name = classification.get("name") if isinstance(classification, dict) else classification
         name = name or properties.get("name") or f"region {index + 1}"
@@ -321,6 +324,6 @@ def read_regions_geojson(path) -> list[Region]:
             polygon = shapely.make_valid(polygon)
         merged.setdefault(str(name), []).append(affinity.translate(polygon, -0.5, -0.5))
     if not merged:
-        raise IvoteError(f"{path}: no Polygon or MultiPolygon features; expected QuPath annotations "
+        raise IvoteError(f"{path}: no Polygon or MultiPolygon annotations; expected QuPath annotations "
                          "(File > Object data > Export as GeoJSON, annotations)")
     return [Region(name, shapely.union_all(parts)) for name, parts in merged.items()]
