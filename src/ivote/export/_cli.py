@@ -26,7 +26,7 @@ def _cmd_export(args) -> int:
     import numpy as np
 
     from ..io import check_input_file, check_output_path
-    from ._write import EXPORT_FORMATS, export_format, export_labels, export_points
+    from ._write import EXPORT_FORMATS, _export_labels, export_format, export_points
 
     source = check_input_file(args.input, "INPUT")
     to = export_format(args.out, args.to)
@@ -47,16 +47,15 @@ def _cmd_export(args) -> int:
     image = open_image(source, axes=args.axes, scene=args.scene)
     if image.is_rgb or set(image.axes) - set("ZYX"):
         raise ValueError(f"{source} has axes {image.axes}: export takes a 2D (YX) or 3D (ZYX) label image")
-    labels = np.asarray(image.data)
+    labels = image.data if len(image.axes) == 2 else np.asarray(image.data)  # 2D: read band by band
     if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"{source} holds {labels.dtype} values, not labels: give an integer label image "
                          "(0 = background), e.g. from 'ivote segment'")
     spacing = command_spacing(image, args.spacing, command="ivote export")
     translate = image.origin if spacing is not None else None
-    out = export_labels(args.out, labels, to=to, spacing=spacing, translate=translate)
-    n_labels = len(np.unique(labels)) - (1 if (labels == 0).any() else 0)
+    out, count = _export_labels(args.out, labels, to=to, spacing=spacing, translate=translate)
     planes = f" in {labels.shape[0]} planes" if labels.ndim == 3 else ""
-    print(f"{n_labels} nuclei{planes} -> {out} ({to}{', outlines' if to != 'csv' else ', measurements'})")
+    print(f"{count} nuclei{planes} -> {out} ({to}{', outlines' if to != 'csv' else ', measurements'})")
     return 0
 
 

@@ -219,8 +219,8 @@ def write_points_geojson(path, points, scores=None, *, times=None, measurements=
     return write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
-def write_outlines_geojson(path, labels, *, spacing=None, units: str | None = "um", measurements=True,
-                           classification: str | None = None) -> Path:
+def write_outlines_geojson(path, labels, *, spacing=None, translate=None, units: str | None = "um",
+                           measurements=True, classification: str | None = None) -> Path:
     """Write the outline of every label as QuPath GeoJSON Polygon detections, atomically.
 
     Parameters
@@ -229,24 +229,35 @@ def write_outlines_geojson(path, labels, *, spacing=None, units: str | None = "u
         Output ``.geojson``.
     labels : (Y, X) or (Z, Y, X) int array
         Label image; a 3D one gives one feature per label and Z plane (``geometry.plane.z``).
-    spacing, units
-        Pixel size for the measurements (:func:`ivote.measure_nuclei`).
+        A lazy 2D one (Dask, Zarr: a whole slide's labels) is read band by band of rows.
+    spacing, translate, units
+        Pixel size, position and unit for the measurements (:func:`ivote.measure_nuclei`).
     measurements : bool or dict
         True: each feature carries its nucleus' :func:`ivote.measure_nuclei` row (area, diameter,
         solidity...); a dict: that column table; False: only the label.
     classification : str, optional
         QuPath class name of every nucleus.
     """
-    from ._outlines import label_outlines
+    from ._bands import outline_batches
 
-    outlines = label_outlines(labels)
-    if measurements is True:
-        from ..measure._measure import measure_nuclei
+    batches = outline_batches(labels, spacing=spacing, translate=translate, units=units, measurements=measurements)
+    return write_outline_batches_geojson(path, batches, classification=classification)
 
-        measurements = measure_nuclei(labels, spacing=spacing, units=units)
-    features = outlines_features(outlines, measurements=measurements or None, classification=classification)
-    text = geojson_text(features)
-    return write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+def write_outline_batches_geojson(path, batches, *, classification: str | None = None) -> Path:
+    """Write ``(outlines, measurements)`` batches as one FeatureCollection, streamed, atomically."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write('{"type": "FeatureCollection", "features": [\n')
+            separator = ""
+            for outlines, table in batches:
+                for feature in outlines_features(outlines, measurements=table, classification=classification):
+                    fh.write(separator + _dump(feature))
+                    separator = ",\n"
+            fh.write(("\n" if separator else "") + "]}\n")
+
+    return write_atomic(path, write)
 
 
 def read_points_geojson(path):

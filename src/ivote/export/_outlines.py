@@ -77,7 +77,8 @@ def _nest(rings: list[np.ndarray]) -> tuple:
     return tuple(parts)
 
 
-def _plane_outlines(plane: np.ndarray, z: int | None) -> list[Outline]:
+def _plane_outlines(plane: np.ndarray, z: int | None, first_row: int = 0) -> list[Outline]:
+    """Outlines of the labels of one plane (or of a band of rows starting at ``first_row``)."""
     from scipy import ndimage
     from skimage.measure import find_contours
 
@@ -93,7 +94,7 @@ def _plane_outlines(plane: np.ndarray, z: int | None) -> list[Outline]:
         # 'high': pixels of the label touching at a corner stay one outline, as 8-connected
         # components are one nucleus
         rings = find_contours(mask, 0.5, fully_connected="high")
-        offset = np.array([box[0].start - 1, box[1].start - 1], dtype=np.float64)
+        offset = np.array([first_row + box[0].start - 1, box[1].start - 1], dtype=np.float64)
         rings = [_drop_collinear(r.astype(np.float64) + offset) for r in rings if len(r) >= 4]
         if rings:
             outlines.append(Outline(label, z, _nest(rings)))

@@ -102,8 +102,7 @@ def point_rois(points, scores=None) -> list:
 
 
 def _write_zip(path, rois) -> Path:
-    if not rois:
-        raise ValueError("nothing to export: no nuclei (an ImageJ ROI set cannot be empty)")
+    """Write ROIs (any iterable, streamed) as a ``.zip``, atomically; none at all is an error."""
 
     def write(tmp: Path) -> None:
         names: set[str] = set()
@@ -115,12 +114,16 @@ def _write_zip(path, rois) -> Path:
                     entry = f"{roi.name}-{n}.roi"
                 names.add(entry)
                 archive.writestr(entry, roi.tobytes())
+        if not names:
+            raise ValueError("nothing to export: no nuclei (an ImageJ ROI set cannot be empty)")
 
     return write_atomic(path, write)
 
 
 def write_outlines_roi_zip(path, labels) -> Path:
     """Write the outline of every label (every label and Z plane in 3D) as a Fiji ROI set, atomically.
+
+    A lazy 2D label image (Dask, Zarr) is read band by band of rows.
 
     Examples
     --------
@@ -130,9 +133,10 @@ def write_outlines_roi_zip(path, labels) -> Path:
     >>> [roi.name for roi in roifile.roiread(path)]
     ['1']
     """
-    from ._outlines import label_outlines
+    from ._bands import outline_batches
 
-    return _write_zip(path, outline_rois(label_outlines(labels)))
+    batches = outline_batches(labels, measurements=False)
+    return _write_zip(path, (roi for outlines, _ in batches for roi in outline_rois(outlines)))
 
 
 def write_points_roi_zip(path, points, scores=None) -> Path:

@@ -63,22 +63,39 @@ def export_labels(path, labels, *, to: str | None = None, spacing=None, translat
     ROI set of outlines, or a CSV of :func:`ivote.measure_nuclei`'s measurements, atomically.
 
     A 3D label image gives one outline per label and Z plane (GeoJSON ``geometry.plane``, ROI
-    stack position). Returns the path written.
+    stack position). A lazy 2D one (Dask, Zarr: a whole slide's labels) is read band by band of
+    rows, never whole. Returns the path written.
     """
-    from ..measure._measure import measure_nuclei
+    return _export_labels(path, labels, to=to, spacing=spacing, translate=translate, units=units)[0]
+
+
+def _export_labels(path, labels, *, to=None, spacing=None, translate=None, units="um") -> tuple[Path, int]:
+    """:func:`export_labels`, and the number of nuclei written."""
+    from ._bands import outline_batches
 
     to = export_format(path, to)
-    labels = np.asarray(labels)
+    counted: set[int] = set()
+
+    def counting(batches):
+        for outlines, table in batches:
+            counted.update(o.label for o in outlines)
+            yield outlines, table
+
+    batches = counting(outline_batches(labels, spacing=spacing, translate=translate, units=units,
+                                       measurements=to != "roi-zip"))
     if to == "roi-zip":
-        from ._roi import write_outlines_roi_zip
+        from ._roi import _write_zip, outline_rois
 
-        return write_outlines_roi_zip(path, labels)
-    columns = measure_nuclei(labels, spacing=spacing, translate=translate if spacing is not None else None,
-                             units=units)
-    if to == "geojson":
-        from ._geojson import write_outlines_geojson
+        written = _write_zip(path, (roi for outlines, _ in batches for roi in outline_rois(outlines)))
+    elif to == "geojson":
+        from ._geojson import write_outline_batches_geojson
 
-        return write_outlines_geojson(path, labels, measurements=columns)
-    from ..measure._measure import write_table_csv
+        written = write_outline_batches_geojson(path, batches)
+    else:
+        from ..measure._measure import write_table_csv
 
-    return write_table_csv(path, columns)
+        tables = [table for _, table in batches if table is not None]
+        columns = {name: np.concatenate([t[name] for t in tables]) for name in tables[0]} if tables else \
+            {"label": np.zeros(0, dtype=np.int64)}
+        written = write_table_csv(path, columns)
+    return written, len(counted)
