@@ -27,6 +27,7 @@ STAGE_CLIS: tuple[str, ...] = (
     "ivote.segment._cli",
     "ivote.components._cli",
     "ivote.measure._cli",
+    "ivote.export._cli",
 )
 
 

@@ -282,7 +282,15 @@ def read_points_csv(path) -> PointsTable:
     columns as ``y, x`` or ``z, y, x`` pixel coordinates, its ``score`` feature
     as the scores, other features ignored; it keeps no scale or translate. A
     ``UserWarning`` says which columns were read.
+
+    A ``.geojson`` (or ``.json``) file is read as QuPath points
+    (:func:`ivote.export.read_points_geojson`).
     """
+    if Path(path).suffix.lower() in (".geojson", ".json"):
+        from .export._geojson_read import read_geojson_points
+
+        points, scores, times = read_geojson_points(path)
+        return PointsTable(points, scores, None, None, "pixel", times, tuple(_AXES[-points.shape[1]:]))
     path = check_input_file(path, "points file")
     try:
         text = path.read_text(encoding="utf-8-sig")

@@ -265,7 +265,7 @@ def _cmd_batch(args, files=None) -> int:
 
 def _output_format(out, given) -> str:
     suffix = str(out).lower().rsplit(".", 1)[-1]
-    return given or ("parquet" if suffix == "parquet" else "csv")
+    return given or {"parquet": "parquet", "geojson": "geojson"}.get(suffix, "csv")
 
 
 def _write_points(out, out_format, points, scores, spacing, times, found, origin=None):
@@ -273,6 +273,10 @@ def _write_points(out, out_format, points, scores, spacing, times, found, origin
     ``origin`` (``ImageFile.origin``, micrometres) as its translate, as the labels of ``ivote segment`` keep it."""
     from ..io import write_points_csv, write_points_parquet
 
+    if out_format == "geojson":  # QuPath detections in pixels (ivote.export)
+        from ..export import write_points_geojson
+
+        return write_points_geojson(out, points, scores, times=times)
     write = write_points_parquet if out_format == "parquet" else write_points_csv
     return write(out, points, scores, spacing=spacing, translate=origin if spacing else None,
                  units="um" if spacing else None, times=times, radius=found.radius,
@@ -327,8 +331,9 @@ def register(subparsers) -> None:
     outputs.add_argument("--out-dir", default=None, metavar="DIR",
                         help="for a pattern of files: one points table per file in DIR and DIR/summary.csv "
                              "(file, count, seconds); the files run as tasks of the Dask engine (--scheduler)")
-    parser.add_argument("--format", choices=("csv", "parquet"), default=None,
-                        help="points table format (default: from --out's suffix; parquet needs pyarrow)")
+    parser.add_argument("--format", choices=("csv", "parquet", "geojson"), default=None,
+                        help="points table format: csv, parquet (needs pyarrow) or geojson (QuPath point "
+                             "detections, docs/qupath-fiji.md) (default: from --out's suffix)")
     from ..distributed._options import add_engine_options
 
     large = parser.add_argument_group("large images and batches (block by block on Dask; see docs/scale.md)")

@@ -42,7 +42,7 @@ class DetectForm(DockWidget):
         self.run_button = PushButton(text="Run", tooltip="Detect on the whole image (every frame of a time-lapse).")
         self.cancel_button = PushButton(text="Cancel", enabled=False, tooltip="Stop the running detection.")
         self.export_button = PushButton(text="Export points…", tooltip="Save the Run's points as CSV (pixel and "
-                                        "world coordinates, score, scale and unit).")
+                                        "world coordinates, score, scale and unit), QuPath GeoJSON or a Fiji ROI set.")
         self.status = Status()
         self.batch = BatchPanel(self, tooltip="Apply the current settings to every image in a folder: one "
                                               "points CSV per image and a summary table of counts.")

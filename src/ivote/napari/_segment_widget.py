@@ -13,6 +13,7 @@ from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
 from ._detect_logic import fit_radius, layer_geometry
+from ._export import add_outlines_button
 from ._names import LABELS, NUCLEI, result_name
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, polarity_for, show_result,
@@ -62,6 +63,7 @@ class SegmentWidget(DockWidget):
                                          self.iterations, self.advanced, self.weights_panel, buttons, self.status],
                          run_button=self.run_button, cancel_button=self.cancel_button)
         self.estimate.attach()
+        self.export_button = add_outlines_button(self)  # GeoJSON, Fiji ROI set or CSV (._export)
         connect_while_docked(self, napari_viewer.layers.events.removed, lambda event: self.estimate.forget(event.value))
         self.run_button.changed.connect(self.run)
         self.cancel_button.changed.connect(self.cancel)
