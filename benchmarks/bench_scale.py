@@ -436,6 +436,7 @@ def _detect_child(job: dict, mode: str) -> dict:
     warm = np.asarray(volume[:48, :48, :48])
     iterative_voting(warm, radius=job["radius"], **options)  # compile and self-test the kernels
     detect_chunked(warm, job["radius"], chunks=24, halo=4, scheduler="threads", **options)
+    phases = _time_phases()
     gpu = _GpuPeak()
     read = 0.0
     start = time.perf_counter()
@@ -465,7 +466,34 @@ def _detect_child(job: dict, mode: str) -> dict:
                      and np.array_equal(found.candidate_scores, expected["scores"])
                      and np.array_equal(found.candidate_contrasts, expected["contrasts"]))
     return {"seconds": seconds, "read": read, "cells": len(found.points), "backend": found.backend,
-            "host_mib": host / 1024, "gpu_mib": gpu_mib, "equal": equal}
+            "host_mib": host / 1024, "gpu_mib": gpu_mib, "equal": equal, "phases": phases}
+
+
+def _time_phases() -> dict:
+    """Wall seconds of each pass over the blocks (by task function) and the reads summed over
+    the tasks' threads, filled in as ``detect_chunked`` runs."""
+    from ivote.distributed import _detect
+
+    phases: dict = {}
+    run, read = _detect._Runner.run, _detect._read
+
+    def timed_run(self, function, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run(self, function, *args, **kwargs)
+        finally:
+            name = function.__name__.strip("_").replace("_task", "")
+            phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+
+    def timed_read(source):
+        start = time.perf_counter()
+        try:
+            return read(source)
+        finally:
+            phases["reads (summed)"] = phases.get("reads (summed)", 0.0) + time.perf_counter() - start
+
+    _detect._Runner.run, _detect._read = timed_run, timed_read
+    return phases
 
 
 def detect_main(args) -> int:
@@ -509,6 +537,8 @@ def detect_main(args) -> int:
                f"{voxels / r['seconds'] / 1e6:.1f} | {ratio:.2f} | {r['host_mib']:.0f} | {r['gpu_mib']:.0f} | "
                f"{r['cells']} | {'yes' if r['equal'] else 'NO'} |")
         _add_row(rows, row)
+        if r.get("phases"):
+            print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()), flush=True)
     _write_table(args.out, rows)
     return 0
 

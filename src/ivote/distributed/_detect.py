@@ -657,7 +657,14 @@ def _detect_task(source, owned, region, plan, sign, blur, spacing, given, backen
     from .._backend import gpu_memory_guard, to_device, use_numba
     from ..detect._voting import _detect_on_cpu, _detect_on_gpu, _detect_on_numba
 
+    import dataclasses
+
+    from ..detect._reach import BlockStatistics
+
     block = _read(source)
+    # the passes run only the voters the owned voxels' votes need (_reach.pass_boxes)
+    given = BlockStatistics(**dataclasses.asdict(given), owned=tuple(
+        (o.start - r.start, o.stop - r.start) for o, r in zip(owned, region)))
     xp, device = _on_device(backend, limit)
     if xp is not np:
         detect_on = _detect_on_gpu
