@@ -64,6 +64,9 @@ def test_one_reach_less_per_pass_changes_cells(image_2d, backend, monkeypatch):
     tests/core/test_distributed_detect.py would fail)."""
     if backend == "numba":
         pytest.importorskip("numba")
+        from ivote.detect import _numba
+
+        monkeypatch.setattr(_numba, "DROP_VOTERS", True)  # off by default (see there): the path stays exact
     whole = iterative_voting(image_2d, radius=RADIUS, backend=backend)
     exact = detect_chunked(image_2d, RADIUS, chunks=37, scheduler="sync", backend=backend)
     assert _same(exact, whole)

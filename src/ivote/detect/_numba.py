@@ -745,7 +745,7 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
-    passes_of = None if boxes is None else _passes_of_voters(frame, boxes)
+    passes_of = None if boxes is None or not DROP_VOTERS else _passes_of_voters(frame, boxes)
     for index, (starts, step, vote, first_read, last_read, item_k) in enumerate(passes):
         if passes_of is not None:
             in_order, grouped, slab_starts = _drop_voters(passes_of, index, in_order, grouped, slab_starts)
@@ -763,6 +763,13 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
             iter_callback(index, plan.n_passes)
     votes = tops[0]
     return frame, votes
+
+
+#: whether a block's passes drop the voters they do not need (``_reach.pass_boxes``; exact either
+#: way). Off: measured on 16 cores (bench_scale --detect --size 256 --chunks 128 --backend numba,
+#: 2026-12-01) the serial compaction cost more than the passes saved (4.93 s against 4.41 s); on
+#: 2 cores a 100³ block's passes took 0.64-0.97 s with it against 1.07-1.21 s without.
+DROP_VOTERS = False
 
 
 def _passes_of_voters(frame: _Frame, boxes) -> np.ndarray:
