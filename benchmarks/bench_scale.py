@@ -16,7 +16,11 @@ the volume fits), each ``--chunks`` size, and with ``--gpus N > 1`` a local
 cluster of N GPU workers. Printed: seconds, Mvoxels/s, the ratio to the
 in-memory detection, peak host memory (this process and its workers), peak GPU
 memory (device-wide, above the idle baseline), cells, and whether every
-candidate, score and contrast equals the in-memory result. Goals of issue 14:
+candidate, score and contrast equals the in-memory result; under each chunked
+row, the wall seconds of each pass over the blocks and the reads and GPU time
+summed over the tasks' threads. ``--every-voter`` also runs each ``--chunks``
+size with every voter of the halo in every pass (the engine without
+``ivote.detect._reach``'s per-pass boxes), as a peer. Goals of issue 14:
 chunked >= 80% of the in-memory throughput on a volume that fits (one GPU),
 >= 1.8x from one GPU to two.
 
