@@ -739,7 +739,10 @@ def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     smoothed32 = smoothed.astype(np.float32)  # the contrasts compare in float32, as the kernel
     holder = [smoothed]  # run_passes takes the only reference and frees it early
     del smoothed
-    votes = run_passes(holder, plan, sign, iter_callback, None if given is None else given.largest)
+    from ._reach import pass_boxes
+
+    votes = run_passes(holder, plan, sign, iter_callback, None if given is None else given.largest,
+                       pass_boxes(plan, signal.shape, getattr(given, "owned", None)))
     coords, values = _candidates(votes, plan, suppress=given is None)
     contrast = contrasts(contrast_numerators(smoothed32, coords, plan.window, sign, bump_ring(plan)), sigma_noise)
     return votes, coords, values, contrast, plan.n_passes
