@@ -21,7 +21,7 @@ class                         also a                           raised when
 
 from __future__ import annotations
 
-__all__ = ["InputFileError", "IvoteError", "ParameterTypeError", "ResourceLimitError", "TrainingDivergedError"]
+__all__ = ["AutoRadiusWarning", "InputFileError", "IvoteError", "ParameterTypeError", "ResourceLimitError", "TrainingDivergedError"]
 
 
 class IvoteError(ValueError):
@@ -46,3 +46,8 @@ class ResourceLimitError(IvoteError, MemoryError):
 
 class TrainingDivergedError(IvoteError, FloatingPointError):
     """Training produced NaN or infinite values; the message says which setting to lower."""
+
+
+class AutoRadiusWarning(UserWarning):
+    """``radius="auto"`` bounded its estimate (by the image or the memory limit) or is unsure of it;
+    the message, and the result's ``radius_note``, say which."""

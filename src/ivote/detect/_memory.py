@@ -214,7 +214,11 @@ def largest_radius(shape, *, spacing=None, memory_limit: float | None = None, ba
     spacing = check_spacing(spacing, len(shape))
     path = _resolve_backend(backend)
     limit = memory_limit_for(path) if memory_limit is None else check_positive(memory_limit, "memory_limit")
-    high = image_radius_bound(shape, spacing)
+    return _largest(shape, image_radius_bound(shape, spacing), spacing, limit, path)
+
+
+def _largest(shape, high: float, spacing, limit: float, path: str) -> float:
+    """The largest radius up to ``high`` whose estimate on ``shape`` meets ``limit``; 0.0 if none."""
     low = min(spacing)  # MIN_RADIUS_PIXELS is 1 pixel of the finest axis
     if _estimate(shape, low, spacing, path) > limit:
         return 0.0
@@ -259,6 +263,11 @@ def check_detection_memory(what: str, shape, radius: float, spacing, path: str) 
         f"{what}: radius {radius:g} would take about {format_bytes(estimate)} of {where}, above the limit of "
         f"{format_bytes(limit)} (IVOTE_MAX_MEMORY); {fit_text}, or raise the limit (see docs/reliability.md)"
     )
+
+
+def largest_tables_radius(ndim: int, spacing, high: float, path: str) -> float:
+    """The largest radius up to ``high`` whose tables alone (a block of one pixel) fit the limit."""
+    return _largest((1,) * ndim, high, tuple(spacing), memory_limit_for(path), path)
 
 
 def check_radius_memory(what: str, ndim: int, radius: float, spacing, path: str) -> None:

@@ -716,11 +716,15 @@ def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_p
 def _estimate_radius(image, shape, spacing, polarity, backend) -> float:
     """``radius='auto'``: ``ivote.detect.estimate_radius`` on the image's central crop,
     read alone (the crop the in-memory estimate measures: ``_radius.central_crop``)."""
-    from ..detect._radius import central_crop, estimate_radius
+    from .._backend import use_numba
+    from ..detect._radius import _grey_signal, auto_radius, central_crop
 
     crop = central_crop(shape)
-    return estimate_radius(_read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute()),
-                           spacing=spacing, polarity=polarity, backend=backend)
+    data = _read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute())
+    signal, spacing, sign, xp = _grey_signal(data, spacing, polarity, None, backend)
+    path = "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy")
+    # bounded by the whole image and by the radius' tables (the blocks are chosen to fit)
+    return auto_radius(signal, spacing, sign, xp, path, shape=shape, tables_only=True)[0]
 
 
 # ---------------------------------------------------------------------------
