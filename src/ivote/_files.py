@@ -32,6 +32,7 @@ import numpy as np
 
 from ._typing import ArrayLike
 from ._units import to_micrometres
+from .errors import InputFileError
 
 __all__ = [
     "AxesError",
@@ -81,6 +82,10 @@ class ImageFile:
     translate): from an OME-Zarr ``translation``, or the Plane positions of an OME-TIFF that
     :func:`write_image` wrote (a microscope's Plane positions are stage positions and are not read:
     :data:`ORIGIN_NAMESPACE`); None when the file gives none."""
+    spacing_problem: str = ""
+    """Why a pixel size the file gives cannot be used (0, negative, NaN, an unknown unit); that
+    axis's ``spacing`` is None and :meth:`known_spacing` raises this, so a command refuses the
+    file unless ``--spacing`` is given."""
 
     @property
     def shape(self) -> tuple:
@@ -106,6 +111,8 @@ class ImageFile:
         ValueError
             When the file gives some axes' pixel sizes but not all (typically z).
         """
+        if self.spacing_problem:
+            raise BadPixelSize(self.spacing_problem)
         if all(s is None for s in self.spacing):
             return None
         missing = [a for a, s in zip(self.spatial_axes, self.spacing) if s is None]
@@ -297,6 +304,10 @@ def open_image(path: str | os.PathLike, *, axes: str | None = None, scene: int |
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"input image not found: {path}")
+    if not (path.is_file() or path.is_dir()):
+        from .io import not_regular_file
+
+        raise not_regular_file(path, "input image")
     if axes is not None:
         axes = _check_axes_text(axes)
     raw = _open_raw(path, scene)
@@ -380,7 +391,8 @@ def _open_tiff(path: Path, scene) -> _Raw:
         spacing, names, interval, origin = {}, None, None, {}
         three_from_json = False
         if is_ome:
-            spacing, names, interval, origin = _ome_tiff_metadata(tif.ome_metadata, index)
+            spacing, names, interval, origin = _ome_tiff_metadata(tif.ome_metadata, index, path.name)
+            _check_ome_planes(tif, s, path.name)
             axes_from = "OME metadata"
         elif is_imagej:
             spacing, interval = _imagej_spacing(tif.imagej_metadata or {}, page)
@@ -409,6 +421,18 @@ def _open_tiff(path: Path, scene) -> _Raw:
     data = _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
     return _Raw(data, axes, axes_from, spacing, scenes, scenes[index], names, interval, three_from_json,
                 origin=origin)
+
+
+def _check_ome_planes(tif, series, filename: str) -> None:
+    """Refuse an OME-TIFF whose OME-XML declares more planes than the file stores (tifffile
+    would fill the missing ones with zeros, and say so only in a log line)."""
+    plane_axes = [n for a, n in zip(series.axes, series.shape) if a not in "YXS"]
+    declared = math.prod(plane_axes)
+    stored = sum(1 for page in series.pages if page is not None)
+    if declared > stored:
+        sizes = ", ".join(f"Size{a}={n}" for a, n in zip(series.axes, series.shape) if a not in "YXS")
+        raise InputFileError(f"{filename}: its OME-XML declares {declared} planes ({sizes}) but the file stores "
+                             f"{stored}; the file is incomplete or its metadata is wrong (correct SizeZ/SizeC/SizeT)")
 
 
 def _tiff_dask(path: Path, index: int, stored_axes: str, shape, dtype, is_ome: bool):
@@ -448,18 +472,21 @@ def _tifffile_dask(path, index, shape, dtype):
     return da.from_delayed(dask.delayed(tifffile.imread)(str(path), series=index), shape=shape, dtype=dtype)
 
 
-def _ome_tiff_metadata(xml: str, index: int):
+def _ome_tiff_metadata(xml: str, index: int, filename: str = "the OME-TIFF"):
     import tifffile
 
     ome = tifffile.xml2dict(xml).get("OME", {})
     images = ome.get("Image", [])
     images = images if isinstance(images, list) else [images]
     pixels = images[index].get("Pixels", {}) if index < len(images) else {}
-    spacing = {}
+    spacing, problems = {}, []
     for axis in "ZYX":
-        size = to_micrometres(pixels.get(f"PhysicalSize{axis}"), pixels.get(f"PhysicalSize{axis}Unit", "µm"))
+        size = _read_sizes(lambda: file_pixel_size(
+            pixels.get(f"PhysicalSize{axis}"), pixels.get(f"PhysicalSize{axis}Unit", "µm"), filename, axis,
+            f"OME-XML PhysicalSize{axis}"), problems)
         if size is not None:
             spacing[axis] = size
+    spacing.update({"problem": problems[0]} if problems else {})
     channels = pixels.get("Channel", [])
     channels = channels if isinstance(channels, list) else [channels]
     names = tuple(str(c.get("Name", f"Channel:{i}")) for i, c in enumerate(channels)) or None
@@ -558,56 +585,206 @@ def _open_zarr(path: Path, scene) -> _Raw:
     import zarr
 
     _quiet_bioio()
-    group = zarr.open_group(str(path), mode="r")
+    node = _open_zarr_node(path)
+    if isinstance(node, zarr.Array):
+        return _plain_zarr(node, path, scene)
+    group = node
     attrs = dict(group.attrs)
     multiscales = attrs.get("ome", {}).get("multiscales") or attrs.get("multiscales")
     if not multiscales:
-        raise ValueError(f"{path.name} is a Zarr store without OME-Zarr 'multiscales' metadata; "
-                         f"write it as OME-Zarr (v0.4 or v0.5) or give a TIFF")
+        arrays = sorted(name for name, _ in group.arrays())
+        listed = (f"; to read one of its arrays as a plain image give its path, e.g. {path / arrays[0]} "
+                  f"(arrays: {', '.join(arrays[:8])}{', ...' if len(arrays) > 8 else ''})" if arrays else "")
+        raise InputFileError(f"{path.name} is a Zarr group without OME-Zarr 'multiscales' metadata{listed}; "
+                             "or write it as OME-Zarr (v0.4 or v0.5), or give a TIFF")
     scenes = tuple(m.get("name") or f"Image:{i}" for i, m in enumerate(multiscales))
     index = _scene_index(scene, scenes, path.name)
     ms = multiscales[index]
     axes_meta = ms.get("axes") or [{"name": a} for a in "tczyx"]
     letters = "".join(str(a["name"] if isinstance(a, dict) else a)[:1].upper() for a in axes_meta)
     letters = "".join(a if a in CANONICAL else "?" for a in letters)
+    if not ms.get("datasets"):
+        raise InputFileError(f"{path.name}: its OME-Zarr multiscales metadata lists no datasets")
     dataset = ms["datasets"][0]
     scale, shift, translated = [1.0] * len(letters), [0.0] * len(letters), False
     # the dataset's transforms first, then the multiscale's (OME-NGFF): world = scale * index + shift
     for transform in dataset.get("coordinateTransformations", []) + ms.get("coordinateTransformations", []):
         if transform.get("type") == "scale":
-            scale = [a * b for a, b in zip(scale, transform["scale"])]
-            shift = [a * b for a, b in zip(shift, transform["scale"])]
+            factors = _transform_numbers(transform.get("scale"), len(letters), "scale", path.name)
+            scale = [a * b for a, b in zip(scale, factors)]
+            shift = [a * b for a, b in zip(shift, factors)]
         elif transform.get("type") == "translation":
             translated = True
             if "translation" in transform:
-                shift = [a + float(b) for a, b in zip(shift, transform["translation"])]
-    spacing, origin = {}, {}
+                moves = _transform_numbers(transform["translation"], len(letters), "translation", path.name)
+                shift = [a + b for a, b in zip(shift, moves)]
+    spacing, origin, problems = {}, {}, []
     for letter, size, position, ax in zip(letters, scale, shift, axes_meta):
         if letter in "ZYX":
             unit = ax.get("unit") if isinstance(ax, dict) else None
-            um = to_micrometres(size, unit) if unit else None  # no unit: the scale is in pixels
+            um = _read_sizes(lambda: file_pixel_size(size, unit or "pixel", path.name, letter, "OME-Zarr scale"),
+                             problems)
             if um is not None:
                 spacing[letter] = um
             position_um = _length_um(position, unit) if unit else None
             if translated and position_um is not None:
                 origin[letter] = position_um
-    try:
-        from bioio_ome_zarr import Reader
-
-        reader = Reader(str(path))
-        reader.set_scene(index)
-        data = reader.dask_data
-        if "".join(reader.dims.order) != letters.replace("?", "") or len(data.shape) != len(letters):
-            raise ValueError("bioio's dims differ from the metadata's axes")
-    except Exception:  # noqa: BLE001 - fall back to the Zarr array itself
-        import dask.array as da
-
-        data = da.from_zarr(group[dataset["path"]])
+    arrays = dict(group.arrays())
+    name = str(dataset.get("path", ""))
+    if name not in arrays:
+        try:  # a nested path ("s0/0")
+            arrays[name] = group[name]
+        except (KeyError, ValueError, TypeError):
+            held = ", ".join(sorted(arrays)[:8]) or "none"
+            raise InputFileError(f"{path.name}: its OME-Zarr metadata names the dataset {name!r}, which the store "
+                                 f"does not hold (arrays: {held}); the store is incomplete") from None
+    array = arrays[name]
+    if not isinstance(array, zarr.Array) or len(array.shape) != len(letters):
+        raise InputFileError(f"{path.name}: dataset {name!r} has {len(getattr(array, 'shape', ()))} axes but the "
+                             f"OME-Zarr metadata names {len(letters)} ({letters}); the store is inconsistent")
+    data = zarr_dask(array, path / name)
+    spacing.update({"problem": problems[0]} if problems else {})
     names = None
     omero = attrs.get("ome", attrs).get("omero")
     if omero and omero.get("channels"):
         names = tuple(str(c.get("label", i)) for i, c in enumerate(omero["channels"]))
     return _Raw(data, letters, "OME-Zarr metadata", spacing, scenes, scenes[index], names, origin=origin)
+
+
+def _open_zarr_node(path: Path):
+    """The Zarr group or array at ``path`` (v2 or v3), or an InputFileError saying what is there."""
+    import zarr
+
+    if not path.is_dir():
+        raise InputFileError(f"{path} is not a Zarr store (a folder holding zarr.json, .zgroup or .zarray)")
+    try:
+        return zarr.open(str(path), mode="r")
+    except Exception as exc:  # noqa: BLE001 - zarr's errors do not name the store
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise InputFileError(f"cannot read {path} as a Zarr store ({type(exc).__name__}: {detail}); it needs "
+                             "zarr.json (v3) or .zgroup/.zarray (v2) metadata") from None
+
+
+def _transform_numbers(values, n: int, kind: str, filename: str) -> list:
+    """An OME-Zarr scale or translation as ``n`` floats, or an InputFileError naming the file."""
+    if not isinstance(values, (list, tuple)) or len(values) != n or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise InputFileError(f"{filename}: its OME-Zarr {kind} must be a list of {n} numbers, one per axis; "
+                             f"got {values!r}")
+    return [float(v) for v in values]
+
+
+class BadPixelSize(InputFileError):
+    """A file's pixel size that is 0, negative, not finite or in an unknown unit."""
+
+
+def _read_sizes(read, problems: list) -> float | None:
+    """``read()`` (a :func:`file_pixel_size` call), its refusal kept in ``problems`` instead."""
+    try:
+        return read()
+    except BadPixelSize as exc:
+        problems.append(str(exc))
+        return None
+
+
+def file_pixel_size(value, unit, filename: str, axis: str, source: str) -> float | None:
+    """A pixel size read from a file, in micrometres; None for no value or a size in pixels.
+
+    Refuses (InputFileError) a size of 0, a negative or non-finite one, and a unit that is
+    not a length unit: such a file's radius would otherwise be read in pixels without a word
+    (as a TIFF whose ``--spacing`` is 0 is refused)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    fix = f"give the pixel sizes with --spacing (spacing= in Python), or correct the file's {source}"
+    if not (math.isfinite(number) and number > 0):
+        raise BadPixelSize(f"{filename}: the {source} gives axis {axis} a pixel size of {value!r}; a pixel "
+                             f"size must be a finite number > 0; {fix}")
+    if unit is not None and str(unit).strip().lower() in ("pixel", "pixels", "px", "reference frame"):
+        return None
+    size = to_micrometres(number, unit)
+    if size is None:
+        raise BadPixelSize(f"{filename}: the {source} gives axis {axis} the unit {unit!r}, which is not a length "
+                             f"unit (nm, µm, mm, cm, m, Å, or pixel); {fix}")
+    return size
+
+
+class ZarrBlocks:
+    """A Zarr array read block by block for Dask: a chunk that cannot be read (missing
+    compressor, truncated or corrupt data) raises an InputFileError naming the store and the
+    chunk instead of the codec's message."""
+
+    def __init__(self, array, path):
+        self.array, self.path = array, str(path)
+        self.shape, self.dtype, self.ndim = tuple(array.shape), array.dtype, len(array.shape)
+
+    def __getitem__(self, key):
+        try:
+            return self.array[key]
+        except Exception as exc:  # noqa: BLE001 - any codec or store error of this block
+            raise InputFileError(f"{self.path}: {self._chunks(key)} of the Zarr array cannot be read "
+                                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); the store is "
+                                 "damaged or incomplete: write it again") from None
+
+    def _chunks(self, key) -> str:
+        key = key if isinstance(key, tuple) else (key,)
+        first, last = [], []
+        for k, size, n in zip(key, self.array.chunks, self.shape):
+            start, stop = (k.start or 0, (k.stop if k.stop is not None else n)) if isinstance(k, slice) else (k, k + 1)
+            first.append(start // size)
+            last.append(max(start, stop - 1) // size)
+        separator = "." if getattr(self.array.metadata, "zarr_format", 3) == 2 else "/"
+        names = [separator.join(map(str, first)) if first == last else None]
+        if names[0] is not None:
+            return f"chunk {names[0]}"
+        return f"a chunk between {separator.join(map(str, first))} and {separator.join(map(str, last))}"
+
+
+def zarr_dask(array, path):
+    """A lazy Dask array of a Zarr array, one block per chunk (:class:`ZarrBlocks`)."""
+    import dask.array as da
+
+    return da.from_array(ZarrBlocks(array, path), chunks=tuple(array.chunks), asarray=True, lock=False,
+                         name=f"zarr-{path}-{abs(hash((str(path), tuple(array.shape), str(array.dtype))))}",
+                         inline_array=True)
+
+
+def _plain_zarr(array, path: Path, scene) -> _Raw:
+    """A plain Zarr array (``zarr.open(..., shape=)``, ``dask.array.to_zarr``): axes from its
+    dimension names (v3) or an ``axes``/``_ARRAY_DIMENSIONS`` attribute, else from ``--axes`` (the
+    TIFF rules when the shape is ambiguous); pixel sizes from ``--spacing``, or a ``spacing``
+    attribute with a ``unit``."""
+    _scene_index(scene, ("Image:0",), path.name)
+    attrs = dict(array.attrs)
+    names = getattr(array.metadata, "dimension_names", None) or attrs.get("_ARRAY_DIMENSIONS") or attrs.get("axes")
+    letters = ""
+    if isinstance(names, str):
+        names = list(names)
+    if isinstance(names, (list, tuple)) and len(names) == len(array.shape) and all(names):
+        letters = "".join(str(n)[:1].upper() for n in names)
+        if not set(letters) <= set(CANONICAL) or len(set(letters)) != len(letters):
+            letters = ""
+    axes = letters or "?" * len(array.shape)
+    spacing, problems = {}, []
+    given, unit = attrs.get("spacing"), attrs.get("unit") or attrs.get("units")
+    if letters and given is not None and unit:
+        sizes = [given] * len(letters) if isinstance(given, (int, float)) else list(given)
+        spatial = [a for a in letters if a in "ZYX"]
+        if len(sizes) == len(letters):
+            sizes = [v for a, v in zip(letters, sizes) if a in "ZYX"]
+        for axis, size in zip(spatial, sizes[-len(spatial):] if len(sizes) >= len(spatial) else []):
+            um = _read_sizes(lambda: file_pixel_size(size, unit, path.name, axis, "Zarr attributes' spacing"),
+                             problems)
+            if um is not None:
+                spacing[axis] = um
+    spacing.update({"problem": problems[0]} if problems else {})
+    if not letters and len(array.shape) >= 2:
+        axes = "?" * (len(array.shape) - 2) + "YX"  # rows and columns last, as a plain TIFF
+    return _Raw(zarr_dask(array, path), axes, "Zarr dimension names" if letters else "", spacing, ("Image:0",),
+                "Image:0")
 
 
 def _open_plain(path: Path, scene) -> _Raw:
@@ -731,10 +908,12 @@ def _name_axes(raw: _Raw, axes: str | None) -> ImageFile:
         data, named = data[..., 0], named[:-1]
     spatial = "".join(a for a in named if a in "ZYX")
     spacing = tuple(raw.spacing.get(a) for a in spatial)
+    problem = raw.spacing.get("problem", "")
     origin = tuple(raw.origin.get(a, 0.0) for a in spatial) if raw.origin else None
     names = raw.channel_names if "C" in named and raw.channel_names and len(raw.channel_names) == data.shape[named.index("C")] else None
     return ImageFile(data=data, axes=named, spacing=spacing, path=raw.path, scene=raw.scene, scenes=raw.scenes,
-                     channel_names=names, axes_from=source, time_interval=raw.time_interval, origin=origin)
+                     channel_names=names, axes_from=source, time_interval=raw.time_interval, origin=origin,
+                     spacing_problem=problem)
 
 
 def _axes_from_shape(stored: str, shape: tuple, filename: str, three_spatial: bool) -> str:
@@ -891,10 +1070,11 @@ def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=N
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"output folder does not exist: {folder}")
-    if path.exists() and not any((path / marker).exists() for marker in (".zgroup", "zarr.json", ".zattrs")):
+    from ._atomic import is_zarr_store, private_folder, replace_folder
+
+    if path.exists() and not is_zarr_store(path):
         raise FileExistsError(f"{path} exists and is not a Zarr store: not replacing it; choose another --out")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
-    try:
+    with private_folder(path, "tmp") as tmp:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=2)
         group.attrs["multiscales"] = multiscales
         if channel_names is not None:
@@ -905,16 +1085,7 @@ def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=N
             da.store(array.rechunk(chunks), target)
         else:
             target[...] = np.asarray(array)
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        replace_folder(tmp, path)
     return path
 
 
