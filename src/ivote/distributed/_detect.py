@@ -216,6 +216,7 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     chunks = _resolve_chunks(chunks, shape, halo, limit, cost, _workers(scheduler))
     _check_block_memory(chunks, shape, halo, limit, cost)
     blocks = _blocks(shape, chunks)
+    _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu)
     if len(blocks) == 1:  # the image fits: one task, the in-memory detection itself
         options = dict(radius="auto" if estimated else radius, spacing=spacing, polarity=polarity, blur=blur,
                        threshold=threshold, min_contrast=min_contrast, backend=backend)
@@ -331,9 +332,9 @@ def parse_bytes(value) -> int | None:
         digits = text.rstrip("KMGTIB")
         try:
             number = int(float(digits) * units[text[len(digits):]])
-        except (ValueError, KeyError):
-            raise ValueError(f"memory_limit must be a number of bytes or a size like '8GB' or '512MiB'; "
-                             f"got {value!r}") from None
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"memory_limit must be a finite number of bytes or a size like '8GB' or '512MiB' "
+                             f"(leave it out for the default); got {value!r}") from None
     if number <= 0:
         raise ValueError(f"memory_limit must be positive; got {value!r}")
     return number
@@ -435,6 +436,26 @@ def _check_block_memory(chunks, shape, halo, limit: int, cost: _BlockCost) -> No
             f"a block of {'x'.join(map(str, chunks))} voxels with its halo of {'x'.join(map(str, halo))} needs about "
             f"{need / 2**30:.2f} GiB of {where} memory on the {cost.path} backend, above memory_limit "
             f"{limit / 2**30:.2f} GiB: use smaller chunks (or none: the largest that fit) or a larger memory_limit")
+
+
+TASK_WORK = 1e6
+"""Operations a block's task is counted as at least, whatever its size (scheduling, reading the
+block, a compiled call's set-up: about a millisecond), so that a run of many tiny blocks
+(``--chunks 1``) is refused up front rather than block by block."""
+
+
+def _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu) -> None:
+    """Refuse (ResourceLimitError) a run whose blocks, halos included, and tasks (three passes per
+    block) add up to more than the work limit, before any block runs."""
+    from .._limits import check_budget
+    from ..detect._voting import _cone_votes_per_voter
+
+    per_voxel = _cone_votes_per_voter(plan) + (sum(8 * blur / s + 1 for s in spacing) if blur > 0 else 0)
+    voxels = sum(math.prod(g.stop - g.start for g in _grow(owned, halo, shape)) for owned in blocks)
+    check_budget(f"detect_chunked: {len(blocks)} block(s) of {'x'.join(map(str, shape))} voxels with halos of "
+                 f"{'x'.join(map(str, halo))} (radius {plan.radius:g})",
+                 work=voxels * per_voxel + 3 * len(blocks) * TASK_WORK, gpu=gpu,
+                 advice="use larger --chunks (chunks=) or none (the largest blocks that fit), or a crop")
 
 
 def _blocks(shape, chunks) -> list:
