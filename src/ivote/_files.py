@@ -898,7 +898,11 @@ def _name_axes(raw: _Raw, axes: str | None) -> ImageFile:
         named, source = stored, raw.axes_from
     # canonical order, singleton T/C/Z dropped
     order = sorted(range(len(named)), key=lambda i: CANONICAL.index(named[i]))
-    data = data.transpose(order)
+    try:
+        data = data.transpose(order)
+    except ValueError as exc:  # NumPy's "axes don't match array", without the file's name
+        raise AxesError(f"{filename}: the axes {named} ({source}) do not fit its array of shape {shape} ({exc}); "
+                        "name them with --axes (axes= in Python), one letter per axis") from None
     named = "".join(named[i] for i in order)
     drop = [i for i, a in enumerate(named) if a in "TCZ" and data.shape[i] == 1]
     if drop:
