@@ -58,23 +58,11 @@ def check_input_file(path, what: str) -> Path:
         raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
     if not path.is_file():
         if path.exists():
+            from ._files import not_regular_file
+
             raise not_regular_file(path, what)
         raise FileNotFoundError(f"{what} not found: {path}")
     return path
-
-
-def not_regular_file(path, what: str) -> Exception:
-    """The error for a ``path`` that exists but is neither a file nor a folder (a FIFO, a socket,
-    a device), refused before it is opened: reading a FIFO would wait for a writer forever."""
-    from .errors import InputFileError
-
-    import stat
-
-    mode = os.stat(path).st_mode
-    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-    return InputFileError(f"{what} {path} is {kind}, not a regular file; give an image or table file "
-                          "(copy the stream to a file first)")
 
 
 def check_output_path(path, suffixes: tuple[str, ...] = (), *, name: str = "--out", inputs=()) -> Path:
