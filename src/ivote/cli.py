@@ -172,6 +172,9 @@ def _failure_message(exc: BaseException) -> str:
                 "IVOTE_BACKEND=numpy when the GPU's memory is the limit")
     if isinstance(exc, (OSError, ValueError, TypeError, FloatingPointError)):
         return message
+    if isinstance(exc, ImportError) and ("pip install" in message or exc.name):
+        # a missing optional package is the installation's, not a bug
+        return message if "pip install" in message else f"{message}; install it (pip install {exc.name})"
     return (f"internal error ({type(exc).__name__}: {message}); please report it with the command line, "
             "and rerun with IVOTE_DEBUG=1 for the traceback")
 
@@ -190,6 +193,9 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():  # a warning is one line, as our own are, not Python's file:line + source
             warnings.showwarning = lambda message, *_, **__: print(f"{command}: warning: {message}", file=sys.stderr)
+            from .errors import LayoutWarning
+
+            warnings.simplefilter("ignore", LayoutWarning)  # files name their axes (--axes): no array guesses
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if os.environ.get("IVOTE_DEBUG"):

@@ -228,8 +228,10 @@ def _cmd_batch(args, files=None) -> int:
         raise ValueError("a batch detects each file in memory as one task: --chunks and --memory-limit are for one "
                          "file at a time")
     if files is None:
-        files = sorted(f for f in glob.glob(args.input) if Path(f).is_file()) if any(c in args.input for c in "*?[") \
-            else [args.input]
+        from .._atomic import is_zarr_store  # an OME-Zarr is a folder: matched too
+
+        files = sorted(f for f in glob.glob(args.input) if Path(f).is_file() or is_zarr_store(f)) \
+            if any(c in args.input for c in "*?[") else [args.input]
     if not files:
         raise FileNotFoundError(f"no file matches {args.input!r}")
     out_dir = Path(args.out_dir)

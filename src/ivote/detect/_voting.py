@@ -54,6 +54,9 @@ class Detections:
     spacing: tuple
     radius_estimated: bool = False
     """True when ``radius`` was estimated from the image (``radius="auto"``)."""
+    radius_note: str = ""
+    """``radius="auto"``: what bounded the estimate (the image, the memory limit) or why it is
+    unsure; "" when nothing did (``ivote.detect._radius.auto_radius``)."""
 
     def __len__(self) -> int:
         return len(self.points)
@@ -554,11 +557,13 @@ def iterative_voting(
     spacing, blur, min_contrast = check_settings(signal.shape, spacing, polarity, blur, min_contrast, threshold)
     sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
     radius_estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
+    radius_note = ""
     if radius_estimated:
-        from ._radius import _signal_voting_radius
+        from ._radius import auto_radius
 
         check_finite_range([float(signal.min()), float(signal.max())], name="image")
-        radius = _signal_voting_radius(signal, spacing, sign, None, None, xp)
+        radius, radius_note = auto_radius(signal, spacing, sign, xp, "cupy" if xp is not np else (
+            "numba" if use_numba(xp, backend) else "numpy"))
     elif isinstance(radius, str):
         raise ParameterTypeError(f"radius must be a positive number or 'auto'; got {radius!r}")
     radius = check_radius(radius, signal.shape, spacing)
@@ -570,8 +575,12 @@ def iterative_voting(
         if tuple(features.shape) != tuple(signal.shape):
             raise ValueError(f"features must have the image's spatial shape {tuple(signal.shape)}; got {tuple(features.shape)}")
         signal = to_device(features, xp) if get_array_module(features) is not xp else features
-    plan = make_plan(radius, spacing, ndim)
     compiled = xp is np and use_numba(xp, backend)
+    from ._memory import check_detection_memory  # before any table that grows with the radius
+
+    check_detection_memory("iterative_voting", signal.shape, radius, spacing,
+                           "cupy" if xp is not np else ("numba" if compiled else "numpy"))
+    plan = make_plan(radius, spacing, ndim)
     _check_work(signal.shape, plan, spacing, blur if features is None else 0.0, xp is not np,
                 "numba" if compiled else "numpy")
     if signal.size >= 2**31 and xp is not np:
@@ -600,6 +609,7 @@ def iterative_voting(
         radius=radius,
         spacing=spacing,
         radius_estimated=radius_estimated,
+        radius_note=radius_note,
     )
 
 

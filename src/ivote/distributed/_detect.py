@@ -217,6 +217,10 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     for name, callback in (("progress", progress), ("on_block", on_block)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable; got {callback!r}")
+    from ..detect._memory import check_radius_memory  # every block builds the radius' tables
+
+    check_radius_memory("detect_chunked", ndim, radius, spacing,
+                        "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy"))
     plan = make_plan(radius, spacing, ndim)
     sign = 1.0 if polarity == "bright" else -1.0
     sigma = tuple(blur / s for s in spacing) if blur > 0 else (0.0,) * ndim
@@ -229,6 +233,7 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     chunks = _resolve_chunks(chunks, shape, halo, limit, cost, _workers(scheduler))
     _check_block_memory(chunks, shape, halo, limit, cost)
     blocks = _blocks(shape, chunks)
+    _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu)
     if len(blocks) == 1:  # the image fits: one task, the in-memory detection itself
         options = dict(radius="auto" if estimated else radius, spacing=spacing, polarity=polarity, blur=blur,
                        threshold=threshold, min_contrast=min_contrast, backend=backend)
@@ -349,9 +354,9 @@ def parse_bytes(value) -> int | None:
         digits = text.rstrip("KMGTIB")
         try:
             number = int(float(digits) * units[text[len(digits):]])
-        except (ValueError, KeyError):
-            raise ValueError(f"memory_limit must be a number of bytes or a size like '8GB' or '512MiB'; "
-                             f"got {value!r}") from None
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"memory_limit must be a finite number of bytes or a size like '8GB' or '512MiB' "
+                             f"(leave it out for the default); got {value!r}") from None
     if number <= 0:
         raise ValueError(f"memory_limit must be positive; got {value!r}")
     return number
@@ -453,6 +458,26 @@ def _check_block_memory(chunks, shape, halo, limit: int, cost: _BlockCost) -> No
             f"a block of {'x'.join(map(str, chunks))} voxels with its halo of {'x'.join(map(str, halo))} needs about "
             f"{need / 2**30:.2f} GiB of {where} memory on the {cost.path} backend, above memory_limit "
             f"{limit / 2**30:.2f} GiB: use smaller chunks (or none: the largest that fit) or a larger memory_limit")
+
+
+TASK_WORK = 1e6
+"""Operations a block's task is counted as at least, whatever its size (scheduling, reading the
+block, a compiled call's set-up: about a millisecond), so that a run of many tiny blocks
+(``--chunks 1``) is refused up front rather than block by block."""
+
+
+def _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu) -> None:
+    """Refuse (ResourceLimitError) a run whose blocks, halos included, and tasks (three passes per
+    block) add up to more than the work limit, before any block runs."""
+    from .._limits import check_budget
+    from ..detect._voting import _cone_votes_per_voter
+
+    per_voxel = _cone_votes_per_voter(plan) + (sum(8 * blur / s + 1 for s in spacing) if blur > 0 else 0)
+    voxels = sum(math.prod(g.stop - g.start for g in _grow(owned, halo, shape)) for owned in blocks)
+    check_budget(f"detect_chunked: {len(blocks)} block(s) of {'x'.join(map(str, shape))} voxels with halos of "
+                 f"{'x'.join(map(str, halo))} (radius {plan.radius:g})",
+                 work=voxels * per_voxel + 3 * len(blocks) * TASK_WORK, gpu=gpu,
+                 advice="use larger --chunks (chunks=) or none (the largest blocks that fit), or a crop")
 
 
 def _blocks(shape, chunks) -> list:
@@ -854,11 +879,15 @@ def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_p
 def _estimate_radius(image, shape, spacing, polarity, backend) -> float:
     """``radius='auto'``: ``ivote.detect.estimate_radius`` on the image's central crop,
     read alone (the crop the in-memory estimate measures: ``_radius.central_crop``)."""
-    from ..detect._radius import central_crop, estimate_radius
+    from .._backend import use_numba
+    from ..detect._radius import _grey_signal, auto_radius, central_crop
 
     crop = central_crop(shape)
-    return estimate_radius(_read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute()),
-                           spacing=spacing, polarity=polarity, backend=backend)
+    data = _read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute())
+    signal, spacing, sign, xp = _grey_signal(data, spacing, polarity, None, backend)
+    path = "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy")
+    # bounded by the whole image and by the radius' tables (the blocks are chosen to fit)
+    return auto_radius(signal, spacing, sign, xp, path, shape=shape, tables_only=True)[0]
 
 
 # ---------------------------------------------------------------------------

@@ -57,7 +57,6 @@ _OUT_SUFFIXES = {"labels": (".tif", ".tiff", ".zarr"), "geojson": (".geojson", "
 
 def _cmd_segment_chunked(args) -> int:
     """Segment block by block on Dask (``ivote.distributed.segment_chunked``); labels to OME-Zarr."""
-    import shutil
 
     import numpy as np
 
@@ -82,9 +81,9 @@ def _cmd_segment_chunked(args) -> int:
     points = np.asarray(table.points, dtype=float).reshape(-1, len(image.axes))
     radius = _auto_radius(args, image.data, spacing, args.polarity, chunked=True)
     start = time.perf_counter()
-    scratch = out.parent / f".{out.name}.ivote-labels"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
+    from .._atomic import private_folder
+
+    with private_folder(out, "ivote-labels") as scratch:  # this run's own: never shared, removed on SIGTERM
         with engine(args, worker_memory=False):
             if not args.quiet:
                 print(f"segmenting {len(points)} seeds in {'x'.join(map(str, image.shape))} voxels block by block "
@@ -99,8 +98,6 @@ def _cmd_segment_chunked(args) -> int:
             with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
                 written = write_image(out, da.from_zarr(result.labels), axes=image.axes, spacing=spacing,
                                       translate=image.origin if spacing is not None else None, name="labels")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     print(f"{result.count} nuclei from {len(points)} seeds in {time.perf_counter() - start:.2f} s, blocks of "
           f"{'x'.join(map(str, result.chunks))}, {result.iterations} iterations, {result.passes} pass(es), "
           f"{result.seam_merges} seam merges -> {written}")
