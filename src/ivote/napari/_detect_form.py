@@ -54,7 +54,7 @@ class DetectForm(DockWidget):
         self.batch.visible = False
         super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
                                          self.auto_threshold, self.live, buttons, self.volume, more, self.status,
-                                         self.batch])
+                                         self.batch], run_button=self.run_button, cancel_button=self.cancel_button)
 
     def fit_to(self, geometry, *, keep_radius: bool):
         """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB."""

@@ -175,19 +175,18 @@ class DetectWidget(DetectForm):
         request, _, frames = built
         shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=False,
                      radius_estimate=self.estimate.estimate_for(self.image_layer()))
-        self.cancel_button.enabled = True
+        self._running(True)
         self.status.show("running on the whole image" + (f" ({len(frames)} frames)…" if frames else "…"))
         self.runner.start(lambda job: logic.run_detection(request, frames, job.check),
                           lambda result: self._show(layers.Shown(result=result, **shown)), desc="Detecting nuclei",
-                          inputs=(shown["image"],), on_end=lambda: setattr(self.cancel_button, "enabled", False))
-
+                          inputs=(shown["image"],), on_end=lambda: self._running(False))
     def cancel(self):
         self._preview_later.cancel()
         self.preview_runner.cancel()
         self.runner.cancel()
         self.volume.cancel()
         self.estimate.cancel()
-        self.cancel_button.enabled = False
+        self._running(False)
         self.status.show("cancelled")
 
     # -- output (main thread, input layers checked by the runner) ---------------
