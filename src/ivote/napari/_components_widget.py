@@ -48,6 +48,7 @@ class LabelCountWidget(DockWidget):
         super().__init__(napari_viewer, [self.layer, self.intensity, self.threshold, self.connectivity,
                                          self.distance, buttons, self.status, self.table], run_button=self.run_button)
         self.features = None
+        self._note = ""  # what the last run left out, for its status line
         self.run_button.changed.connect(self.run)
         self.export_button.changed.connect(lambda: self.export())
         self.layer.changed.connect(self._on_layer_changed)
@@ -80,11 +81,16 @@ class LabelCountWidget(DockWidget):
                        lambda result: self._show_clusters(layer, result), desc="Clustering nuclei", inputs=(layer,))
             return
         data = layer.data[0] if layer.multiscale else layer.data  # read in the worker: the GUI never waits on it
+        self._note = ""
         intensity_layer = self.intensity.value
         intensity = None
-        if isinstance(intensity_layer, Image) and not intensity_layer.rgb:  # a pyramid: its finest level
+        if isinstance(intensity_layer, Image):  # a pyramid: its finest level; RGB: a mean per channel (_c0.._c2)
             finest = intensity_layer.data[0] if intensity_layer.multiscale else intensity_layer.data
-            intensity = finest if finest.shape == data.shape else None
+            spatial = finest.shape[:-1] if intensity_layer.rgb else finest.shape
+            intensity = finest if tuple(spatial) == tuple(data.shape) else None
+            if intensity is None:
+                self._note = (f"; no intensities: '{intensity_layer.name}' is {'x'.join(map(str, spatial))} pixels, "
+                              f"'{layer.name}' {'x'.join(map(str, data.shape))}")
         if intensity is None and isinstance(layer, Image):
             intensity = data
         spacing, translate, units = tuple(layer.scale), tuple(layer.translate), unit_name(layer.units)
@@ -130,7 +136,8 @@ class LabelCountWidget(DockWidget):
         self.features = features
         count = len(table["label"])
         self.status.show(f"{count:,} nuclei (labels) in '{target.name}'; measurements in its features table"
-                         + (f"; the table below shows the first {MAX_TABLE_ROWS:,}" if count > MAX_TABLE_ROWS else ""))
+                         + (f"; the table below shows the first {MAX_TABLE_ROWS:,}" if count > MAX_TABLE_ROWS else "")
+                         + self._note)
         self._fill_table(features)
 
     def _show_clusters(self, layer, result):
