@@ -150,12 +150,20 @@ def write_points(path: str, data, attributes: dict) -> list[str]:
         scores,
         spacing=None if scale is None else tuple(scale)[-ndim:],
         translate=None if translate is None else tuple(translate)[-ndim:],
-        units=units or "pixel",
+        units=units or _no_unit(scale, translate),
         times=times,
         radius=metadata.get("radius"),
         radius_estimated=bool(metadata.get("radius_estimated", False)),
     )
     return [str(path)]
+
+
+def _no_unit(scale, translate) -> str:
+    """The unit of a layer that names none: 'pixel' when its scale is 1 and translate 0, else 'world' (the world
+    coordinates are then not pixels: ``z_world``, as the measurements' ``centroid_z_world``)."""
+    moved = translate is not None and any(float(t) != 0.0 for t in translate)
+    scaled = scale is not None and any(float(s) != 1.0 for s in scale)
+    return "world" if moved or scaled else "pixel"
 
 
 def _is_ivote_points(attributes: dict) -> bool:
