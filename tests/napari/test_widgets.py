@@ -59,7 +59,7 @@ def test_widgets_are_magicgui_containers_with_named_tooltipped_controls(make_nap
     for cls, names in ((_detect_cls(), ("image", "radius", "polarity", "blur", "threshold")),
                        (SegmentWidget, ("image", "seeds", "radius", "iterations", "advanced")),
                        (FeaturesWidget, ("image", "filters", "epochs")),
-                       (LabelCountWidget, ("layer", "threshold", "distance", "table"))):
+                       (LabelCountWidget, ("layer", "threshold", "distance", "table_button"))):
         widget = cls(viewer)
         assert isinstance(widget, DockWidget) and isinstance(widget, Container)
         assert widget[-1] is widget.backend_label and widget.backend_label.value  # where it runs, last

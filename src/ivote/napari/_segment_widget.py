@@ -18,7 +18,7 @@ from ._detect_logic import fit_radius, layer_geometry
 from ._names import LABELS, NUCLEI, result_name
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, polarity_for, show_result,
-                              spatial_transform, world_to_pixels)
+                              spatial_transform, warm_labels_display, world_to_pixels)
 
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
            ("lambda2", "λ₂ (outside fit)", "lambda2", "Weight of the fit of the background intensity."),
@@ -159,8 +159,10 @@ class SegmentWidget(DockWidget):
             from ..detect import hematoxylin_density
 
             grey = hematoxylin_density(np.asarray(data)) if rgb else np.asarray(data)
-            return _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
-                                                   **kwargs))
+            labels = _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
+                                                     **kwargs))
+            warm_labels_display(labels)
+            return labels
 
         estimate = self.estimate.estimate_for(image)
         if (estimate is not None and abs(radius - estimate) <= 0.5 * 10.0 ** -self.radius.native.decimals()
