@@ -570,8 +570,12 @@ def iterative_voting(
         if tuple(features.shape) != tuple(signal.shape):
             raise ValueError(f"features must have the image's spatial shape {tuple(signal.shape)}; got {tuple(features.shape)}")
         signal = to_device(features, xp) if get_array_module(features) is not xp else features
-    plan = make_plan(radius, spacing, ndim)
     compiled = xp is np and use_numba(xp, backend)
+    from ._memory import check_detection_memory  # before any table that grows with the radius
+
+    check_detection_memory("iterative_voting", signal.shape, radius, spacing,
+                           "cupy" if xp is not np else ("numba" if compiled else "numpy"))
+    plan = make_plan(radius, spacing, ndim)
     _check_work(signal.shape, plan, spacing, blur if features is None else 0.0, xp is not np,
                 "numba" if compiled else "numpy")
     if signal.size >= 2**31 and xp is not np:

@@ -200,6 +200,10 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     for name, callback in (("progress", progress), ("on_block", on_block)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable; got {callback!r}")
+    from ..detect._memory import check_radius_memory  # every block builds the radius' tables
+
+    check_radius_memory("detect_chunked", ndim, radius, spacing,
+                        "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy"))
     plan = make_plan(radius, spacing, ndim)
     sign = 1.0 if polarity == "bright" else -1.0
     sigma = tuple(blur / s for s in spacing) if blur > 0 else (0.0,) * ndim
