@@ -171,7 +171,7 @@ def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
 def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850), units="um"):
     import napari
 
-    from ._detect_widget import DetectWidget
+    from ivote.napari._detect_widget import DetectWidget
 
     viewer = napari.Viewer(show=True, title="napari-ivote: Detect nuclei")
     viewer.window._qt_window.resize(*size)
@@ -298,8 +298,8 @@ def _guide(folder):
 
 def _measure_shot(viewer, detect, name, path, shoot):
     """Segment from the Run's points, then Label and count with the measurements table (docks tabbed)."""
-    from ._components_widget import LabelCountWidget
-    from ._segment_widget import SegmentWidget
+    from ivote.napari._components_widget import LabelCountWidget
+    from ivote.napari._segment_widget import SegmentWidget
 
     detect.auto_threshold.value = True
     viewer.layers.remove(f"nuclei (preview): {name}") if f"nuclei (preview): {name}" in viewer.layers else None

@@ -20,9 +20,9 @@ TIMEOUT_MS = 120_000
 
 @pytest.fixture
 def every_run_is_long(monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_jobs
 
-    monkeypatch.setattr(_detect_logic, "LONG_RUN_WORK", 0)
+    monkeypatch.setattr(_detect_jobs, "LONG_RUN_WORK", 0)
 
 
 def test_a_run_in_a_child_process_gives_the_same_points(make_napari_viewer, detect_widget, qtbot, every_run_is_long):

@@ -27,13 +27,13 @@ SCRIPT = textwrap.dedent('''
     from qtpy.QtWidgets import QApplication
 
     from ivote.data import synthetic_nuclei
-    from ivote.napari import _detect_logic, _process
+    from ivote.napari import _detect_jobs, _process
     from ivote.napari._detect_widget import DetectWidget
 
     log = Path(sys.argv[1])
     with open(log, "a") as fh:
         fh.write("script started\\n")
-    _detect_logic.LONG_RUN_WORK = 0  # this small Run counts as long: it goes to a child process
+    _detect_jobs.LONG_RUN_WORK = 0  # this small Run counts as long: it goes to a child process
     real = _process.run_in_process
 
     def logged(*args):
