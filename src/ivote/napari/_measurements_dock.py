@@ -43,3 +43,4 @@ def _alive(widget) -> bool:
     except RuntimeError:  # its Qt side was deleted (the dock closed)
         return False
     return True
+
