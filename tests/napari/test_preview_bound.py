@@ -147,11 +147,13 @@ def test_the_preview_costs_no_more_than_the_run_on_the_same_pixels(make_napari_v
     widget = detect_widget(viewer)
     widget.radius.value = 4.0
     times = {"preview": [], "run": []}
-    for _ in range(2):
-        for action in ("preview", "run"):
+    for order in (("preview", "run"), ("run", "preview"), ("preview", "run")):
+        for action in order:
             with qtbot.waitSignal(widget.finished_result, timeout=TIMEOUT_MS) as shown:
                 getattr(widget, action)()
             qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
             times[action].append(shown.args[0].seconds)
             assert shown.args[0].window_shape in (None, (96, 96))  # the whole plane, as Run
-    assert min(times["preview"]) <= 1.25 * min(times["run"]) + 0.02, times
+    # the preview took 3-4 times the Run (two detections sharing the CPU); here both are one detection of
+    # the same pixels, timed on a shared host: the best of three each
+    assert min(times["preview"]) <= 1.5 * min(times["run"]) + 0.05, times
