@@ -54,11 +54,15 @@ class DetectForm(DockWidget):
         self.batch.visible = False
         super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
                                          self.auto_threshold, self.live, buttons, self.volume, more, self.status,
-                                         self.batch])
+                                         self.batch], run_button=self.run_button, cancel_button=self.cancel_button)
 
-    def fit_to(self, geometry, *, keep_radius: bool):
-        """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB."""
+    def fit_to(self, geometry, *, keep_radius: bool, largest: float | None = None):
+        """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB. ``largest``:
+        the largest radius the memory bound lets a detection of the image use; the slider stops there too."""
         low, high, default = geometry.radius_range()
+        if largest is not None and largest < high:
+            high = max(largest, low)
+            default = min(default, high)
         value = self.radius.value if keep_radius and low <= self.radius.value <= high else default
         with self.radius.changed.blocked():
             self.radius.min, self.radius.max = low, high

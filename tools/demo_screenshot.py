@@ -1,11 +1,12 @@
-"""The napari step of ``ivote demo``: run the "Detect nuclei" widget, save a screenshot.
+"""Screenshots of the napari docks: the user guide's pictures and the napari step of ``ivote demo``.
+
+A tool of the source tree, not of the package: ``python tools/demo_screenshot.py --guide docs/images``
+writes the user guide's screenshots, ``--image path.tif`` a screenshot of any image with its F1 against
+``--truth``; ``ivote demo`` run from a source checkout loads it (``ivote.napari._demo_tool``).
 
 :func:`screenshot_demo` never opens a window in the calling process: it starts
-``python -m ivote.napari._demo_screenshot`` in a subprocess, under ``xvfb-run``
-when there is no display but Xvfb is installed, and skips (saying why) when
-napari, Qt or any display is missing. The subprocess can also make the user
-guide's screenshots (``--guide docs/images``) and a screenshot of any image
-(``--image path.tif``).
+this file in a subprocess, under ``xvfb-run`` when there is no display but Xvfb
+is installed, and skips (saying why) when napari, Qt or any display is missing.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
     if missing:
         return _Screenshot([f"napari screenshot: skipped ({', '.join(missing)} not installed; "
                             "pip install 'napari-ivote[all]')"])
-    command = [sys.executable, "-m", "ivote.napari._demo_screenshot"]
+    command = [sys.executable, str(Path(__file__).resolve())]
     if not _display_available():
         xvfb = shutil.which("xvfb-run")
         if xvfb is None:
@@ -170,7 +171,7 @@ def start_screenshot_demo(sample_2d, out_dir) -> _Screenshot:
 def _open_viewer(image, spacing, name, *, polarity="bright", size=(1400, 850), units="um"):
     import napari
 
-    from ._detect_widget import DetectWidget
+    from ivote.napari._detect_widget import DetectWidget
 
     viewer = napari.Viewer(show=True, title="napari-ivote: Detect nuclei")
     viewer.window._qt_window.resize(*size)
@@ -297,8 +298,8 @@ def _guide(folder):
 
 def _measure_shot(viewer, detect, name, path, shoot):
     """Segment from the Run's points, then Label and count with the measurements table (docks tabbed)."""
-    from ._components_widget import LabelCountWidget
-    from ._segment_widget import SegmentWidget
+    from ivote.napari._components_widget import LabelCountWidget
+    from ivote.napari._segment_widget import SegmentWidget
 
     detect.auto_threshold.value = True
     viewer.layers.remove(f"nuclei (preview): {name}") if f"nuclei (preview): {name}" in viewer.layers else None
