@@ -64,9 +64,10 @@ def _cmd_measure(args) -> int:
                 write_table_csv(regions_out, counts)
     n = len(columns["label"])
     size = next(name for name in columns if name.startswith(("area_", "volume_")))
-    unit = "pixels" if spacing is None else args.units
+    where = "no pixel size: values in pixels" if spacing is None else \
+        f"pixel size {' x '.join(f'{s:g}' for s in spacing)} {args.units}"
     median = f", median {size.split('_')[0]} {float(np.median(columns[size])):.4g} {size.split('_')[1]}" if n else ""
-    print(f"{n} nuclei measured (spacing {spacing or 'none: units are pixels'}, {unit}){median} "
+    print(f"{n} nuclei measured ({where}){median} "
           f"in {time.perf_counter() - start:.2f} s -> {out}")
     if counts is not None:
         for name, n, area, density in zip(counts["region"], counts["nuclei"], counts["area_mm2"],
