@@ -436,6 +436,7 @@ def iterative_voting(
     return_votes: bool = False,
     iter_callback: Callback = None,
     backend: str = "auto",
+    detector: Any = None,
 ) -> Detections:
     """Detect nuclei by iterative voting (Parvin 2007, Saadatifard 2018).
 
@@ -509,6 +510,14 @@ def iterative_voting(
         'auto' runs on CuPy for CuPy input, else on the default backend
         (``IVOTE_BACKEND``); 'numba' the compiled CPU kernels, 'numpy' the
         NumPy path. Both CPU paths give the same cells.
+    detector : LearnedDetector or path, optional
+        A detector learned from corrected points (:func:`ivote.learn_detector`,
+        or the JSON file it was saved to): every local maximum is scored by its
+        probability of being a nucleus, and ``threshold='auto'`` is the
+        detector's decision threshold (a number is a probability); the contrast
+        floor is not applied (the contrast is one of its features). The image
+        must be of the training's kind and ``radius``, ``spacing`` and
+        ``polarity`` the training's (``radius=None`` takes the detector's).
 
     Returns
     -------
@@ -544,6 +553,13 @@ def iterative_voting(
     >>> match_points(found.points, centers, tolerance=3).f1
     1.0
     """
+    if detector is not None:
+        from ..learn._hook import detect_with
+
+        return detect_with(iterative_voting, detector, image, radius=radius, spacing=spacing, polarity=polarity,
+                           blur=blur, threshold=threshold, min_contrast=min_contrast, channel=channel,
+                           stains=stains, features=features, return_votes=return_votes,
+                           iter_callback=iter_callback, backend=backend)
     xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)
