@@ -42,8 +42,8 @@ def widen(detections):
     reach = DENSE_FRACTION * float(detections.radius)
     half = np.maximum(1, np.rint(reach / spacing)).astype(int)
     largest = ndimage_module(xp).maximum_filter(votes, size=tuple(2 * half + 1), mode="constant", cval=0)
-    flat = to_host(xp.flatnonzero((votes == largest) & (votes > 0)))
-    values = to_host(votes.ravel()[flat]).astype(np.float64)
+    peaks = xp.flatnonzero((votes == largest) & (votes > 0))
+    flat, values = to_host(peaks), to_host(votes.ravel()[peaks]).astype(np.float64)
     order = np.lexsort((flat, -values))
     flat, values = flat[order], values[order]
     coords = np.stack(np.unravel_index(flat, votes.shape), axis=1).astype(np.float64)

@@ -3,7 +3,7 @@
 Each candidate is described by what the detector already knows of it (score,
 contrast), by the shape of its vote peak, and by samples of the image on a
 fixed stencil around it: a centre, rings at 0.25-1.25 radius, and central
-differences on the rings at 0.75 and 1 radius (the gradient). Samples are
+differences on the rings at 0.5 and 0.75 radius (the gradient). Samples are
 nearest-pixel reads, clipped at the image border, so the NumPy reference
 (:func:`gather_reference`), the Numba loop (``_features_numba.gather``) and
 CuPy (the reference's array code with ``xp = cupy``) read the same values;
@@ -31,7 +31,7 @@ __all__ = ["FEATURES_GREY", "FEATURES_RGB", "CandidateFeatures", "candidate_feat
 
 RINGS = (0.25, 0.5, 0.75, 1.0, 1.25)
 """Sampled radii, in units of the voting radius (the centre is sampled too)."""
-_GRADIENT_RINGS = (0.75, 1.0)
+_GRADIENT_RINGS = (0.5, 0.75)  # the nucleus edge: the voting radius is about 1.5 typical radii
 _INNER = 0.5  # inside: the centre and the rings up to half the radius
 _OUTER = (1.0, 1.25)  # the surrounding ring
 _DIRECTIONS = {2: 16, 3: 26}  # samples per ring
@@ -275,12 +275,12 @@ def _peak_shape(votes, stencil, xp) -> dict:
     offsets = xp.asarray(stencil.patch_physical)
     mean = weights @ offsets  # (M, ndim)
     centred = offsets[None, :, :] - mean[:, None, :]
-    cov = xp.einsum("mp,mpi,mpj->mij", weights, centred, centred)
-    eig = xp.linalg.eigvalsh(cov)
+    cov = to_host(xp.einsum("mp,mpi,mpj->mij", weights, centred, centred))
+    eig = np.linalg.eigvalsh(cov)  # (M, ndim, ndim) is small: on the host, alike on every backend
     return {
         "peak_fraction": weights[:, centre_index],
-        "peak_spread": xp.trace(cov, axis1=1, axis2=2),
-        "peak_elongation": 1.0 - eig[:, 0] / xp.maximum(eig[:, -1], 1e-12),
+        "peak_spread": np.trace(cov, axis1=1, axis2=2),
+        "peak_elongation": 1.0 - eig[:, 0] / np.maximum(eig[:, -1], 1e-12),
         "peak_offset": xp.sqrt((mean**2).sum(axis=1)),
     }
 

@@ -33,6 +33,10 @@ class Corrections:
     """(U, ndim) corrected points with no candidate within the tolerance."""
 
 
+AMBIGUOUS = 2.0
+"""Unmatched candidates closer than this many tolerances to a corrected point are not used."""
+
+
 def default_tolerance(radius: float, ndim: int) -> float:
     """Half the typical nucleus radius implied by the voting radius (``detect._radius``'s rule):
     the distance within which a candidate matches a corrected point."""
@@ -91,6 +95,11 @@ def corrections_of(image, detections, points, *, polarity: str = "bright", annot
         match = match_points(candidates[used], points, tolerance=tolerance, spacing=spacing)
         labels[used[match.pairs[:, 0]]] = True
         matched_points[match.pairs[:, 1]] = True
+        # a candidate beside a nucleus, off its centre, is neither clearly one nor clearly not: left out
+        from scipy.spatial import cKDTree
+
+        near = cKDTree(points * np.asarray(spacing)).query(candidates * np.asarray(spacing), k=1)[0]
+        inside &= labels | (near > AMBIGUOUS * tolerance)
     return Corrections(features.values[inside], labels[inside], features.names,
                        candidates[inside] * np.asarray(spacing), len(points), points[~matched_points])
 
@@ -171,13 +180,20 @@ def choose_selection(probability, labels, positions, groups, n_missed, *, typica
     return float(best[1]), float(best[2])
 
 
+F1_SLACK = 0.02
+"""Thresholds within this much of the best training F1 count as equally good."""
+
+
 def choose_threshold(probability: np.ndarray, labels: np.ndarray, n_missed: int = 0) -> float:
-    """The probability threshold of the best F1: nuclei kept (true positives) against
-    non-nuclei kept and nuclei dropped (plus ``n_missed`` never found); half-way between the
-    lowest kept probability and the next one below it.
+    """The decision threshold from the training samples' (out-of-bag) probabilities: of the
+    thresholds whose F1 (nuclei kept against non-nuclei kept and nuclei dropped, plus
+    ``n_missed`` never found) is within :data:`F1_SLACK` of the best, the one nearest to 0.5,
+    the even odds of the balanced classes. A training image's F1 is often flat over a wide
+    range of thresholds, and its out-of-bag probabilities are more extreme than a new image's:
+    the middle of the range carries over better than its edge.
 
     >>> choose_threshold(np.array([0.9, 0.8, 0.6, 0.3, 0.1]), np.array([1, 1, 0, 1, 0], bool))
-    0.2
+    0.3
     """
     order = np.argsort(-probability, kind="stable")
     p, y = probability[order], labels[order]
@@ -186,9 +202,15 @@ def choose_threshold(probability: np.ndarray, labels: np.ndarray, n_missed: int 
     fn = y.sum() - tp + n_missed
     f1 = 2 * tp / np.maximum(2 * tp + fp + fn, 1)
     last = np.flatnonzero(np.r_[p[1:] != p[:-1], True])  # keep whole groups of equal probability
-    best = last[np.argmax(f1[last])]
-    below = p[best + 1] if best + 1 < len(p) else 0.0
-    return float(round((p[best] + below) / 2, 12))
+    below = np.r_[p[1:], 0.0][last]
+    good = f1[last] >= f1[last].max() - F1_SLACK
+    # keeping the group at ``last`` means a threshold in (below, p]; the good ones' union, nearest 0.5
+    lows, highs = below[good], p[last][good]
+    inside = (lows < 0.5) & (0.5 <= highs)
+    if inside.any():
+        return 0.5
+    edges = np.r_[highs, lows + 1e-9]
+    return float(round(edges[np.argmin(np.abs(edges - 0.5))], 12))
 
 
 def learn_detector(images, points, *, radius: float, spacing=None, polarity: str = "bright", annotated=None,
