@@ -105,7 +105,7 @@ class Image:
 
 def learned_points(detector, img):
     p = detector.probability(img.features)
-    return img.wide.candidates[detector.select(img.wide.candidates, p, img.wide.spacing)]
+    return img.wide.candidates[detector.select(img.wide.candidates, p, img.wide.spacing, features=img.features)]
 
 
 def train(images, points_of, backend):

@@ -117,8 +117,11 @@ def test_learned_detector_finds_the_nuclei_of_another_image(pair, detector):
     default_f1 = match_points(default.points, second.centers, tolerance=3).f1
     assert learned_f1 >= 0.7  # dense synthetic nuclei: the candidates hold about 75% of them
     assert learned_f1 >= default_f1 - 0.02
-    # the probability is the score, the points are the candidates at or above the threshold
-    assert np.all((found.scores >= detector.threshold) & (found.scores <= 1))
+    # the probability is the score; the points are the candidates at or above the threshold
+    assert np.all((found.scores >= found.threshold) & (found.scores <= 1))
+    assert found.threshold == detector.threshold or detector.decision == "default"
+    forced = iterative_voting(second.image, radius=9, detector=detector, threshold=0.5, backend="numpy")
+    assert np.all(forced.scores >= 0.5) and np.all(np.isin(forced.scores, found.candidate_scores))
     assert found.min_contrast == 0 and found.vote_field is None
     assert len(found.candidates) >= len(default.candidates)
 

@@ -44,8 +44,16 @@ def _cmd_learn(args) -> int:
     n_pos = int(detector.labels.sum())
     print(f"learned from {detector.n_images} image(s): {n_pos} nuclei and {detector.n_samples - n_pos} other "
           f"candidates, {detector.n_unmatched_points} corrected point(s) with no candidate within "
-          f"{detector.tolerance:.3g}; threshold {detector.threshold:.3g} -> {args.out}")
+          f"{detector.tolerance:.3g}; {_decision(detector)} -> {args.out}")
     return 0
+
+
+def _decision(detector) -> str:
+    learned, default = detector.training_f1
+    if detector.decision == "default":
+        return (f"the default threshold's points kept (learned F1 {learned:.3f} on the training images, "
+                f"default {default:.3f}: no gain)")
+    return f"probability threshold {detector.threshold:.3g} (F1 on the training images {learned:.3f}, default {default:.3f})"
 
 
 def register(subparsers) -> None:

@@ -51,6 +51,11 @@ class LearnedDetector:
     """(N, ndim) physical positions of the training candidates."""
     groups: np.ndarray = field(repr=False)
     """(N,) index of the training image of each sample."""
+    decision: str = "learned"
+    """'learned' (probability at least ``threshold``) or 'default': the default threshold's points,
+    kept when the learned decision did not beat it on the training images (``_learn.GATE_MARGIN``)."""
+    training_f1: tuple = (float("nan"), float("nan"))
+    """(learned out-of-bag, default) F1 on the training images."""
     n_images: int = 0
     n_unmatched_points: int = 0
     """Corrected points that no candidate lay within ``tolerance`` of (the detector cannot add those)."""
@@ -89,11 +94,16 @@ class LearnedDetector:
             return np.zeros(0)
         return self.forest.probability(values)
 
-    def select(self, candidates, probability, spacing, threshold=None) -> np.ndarray:
+    def select(self, candidates, probability, spacing, threshold=None, features=None) -> np.ndarray:
         """Which candidates are nuclei: probability at least ``threshold`` (default the detector's),
-        and the most probable of points closer than ``min_distance``. (M,) bool."""
+        and the most probable of points closer than ``min_distance``; with ``decision='default'``
+        (and no ``threshold`` given), the default threshold's points (from ``features``). (M,) bool."""
         from ._candidates import suppress
 
+        if self.decision == "default" and threshold is None:
+            if features is None:
+                raise IvoteError("this detector keeps the default threshold's points: give the features")
+            return default_keep(features.values if hasattr(features, "values") else features, self.feature_names)
         value = self.threshold if threshold is None else float(threshold)
         above = np.flatnonzero(probability >= value)
         keep = np.zeros(len(probability), dtype=bool)
@@ -119,8 +129,10 @@ class LearnedDetector:
         order = np.lexsort((np.arange(len(probability)), -probability))  # best first, ties in the old order
         candidates = np.asarray(detections.candidates)[order]
         probability = probability[order]
-        keep = self.select(candidates, probability, detections.spacing, threshold)
+        keep = self.select(candidates, probability, detections.spacing, threshold, features.values[order])
         value = self.threshold if threshold is None else float(threshold)
+        if self.decision == "default" and threshold is None:
+            value = float(probability[keep].min()) if keep.any() else float("inf")
         return replace(detections, points=candidates[keep], scores=probability[keep], threshold=value,
                        candidates=candidates, candidate_scores=probability,
                        candidate_contrasts=np.asarray(detections.candidate_contrasts)[order], min_contrast=0.0)
@@ -133,7 +145,8 @@ class LearnedDetector:
             "ndim": self.ndim, "rgb": self.rgb, "threshold": self.threshold, "min_distance": self.min_distance,
             "tolerance": self.tolerance,
             "feature_names": list(self.feature_names), "n_images": self.n_images,
-            "n_unmatched_points": self.n_unmatched_points,
+            "n_unmatched_points": self.n_unmatched_points, "decision": self.decision,
+            "training_f1": list(self.training_f1),
             "forest": self.forest.to_dict(),
             "samples": {"features": self.samples.astype(np.float64).tolist(), "labels": self.labels.astype(int).tolist(),
                         "positions": self.positions.tolist(), "groups": self.groups.tolist()},
@@ -172,7 +185,7 @@ def load_detector(path) -> LearnedDetector:
                              f"version {VERSION}: learn it again")
     try:
         samples = np.asarray(data["samples"]["features"], dtype=np.float32).reshape(-1, len(data["feature_names"]))
-        return LearnedDetector(
+        detector = LearnedDetector(
             forest=Forest.from_dict(data["forest"]), threshold=float(data["threshold"]),
             min_distance=float(data["min_distance"]),
             radius=float(data["radius"]), spacing=tuple(float(s) for s in data["spacing"]),
@@ -181,9 +194,23 @@ def load_detector(path) -> LearnedDetector:
             samples=samples, labels=np.asarray(data["samples"]["labels"], dtype=bool),
             positions=np.asarray(data["samples"]["positions"], dtype=np.float64).reshape(-1, int(data["ndim"])),
             groups=np.asarray(data["samples"]["groups"], dtype=np.int64),
-            n_images=int(data.get("n_images", 0)), n_unmatched_points=int(data.get("n_unmatched_points", 0)))
+            n_images=int(data.get("n_images", 0)), n_unmatched_points=int(data.get("n_unmatched_points", 0)),
+            decision=str(data.get("decision", "learned")),
+            training_f1=tuple(float(v) for v in data.get("training_f1", (float("nan"),) * 2)))
+        if detector.decision not in ("learned", "default"):
+            raise ValueError(f"decision must be 'learned' or 'default'; got {detector.decision!r}")
+        return detector
     except (KeyError, TypeError, ValueError) as exc:
         raise InputFileError(f"{path} is a damaged learned detector ({type(exc).__name__}: {exc})") from None
+
+
+def default_keep(features, names) -> np.ndarray:
+    """The default threshold's decision on widened candidates, from their features: the
+    detector's own maxima scoring at least ``auto_threshold``'s score and contrast floor."""
+    values = np.asarray(features)
+    column = {name: k for k, name in enumerate(names)}
+    return ((values[:, column["original"]] > 0.5) & (values[:, column["log_score_over_default"]] >= 0)
+            & (values[:, column["log_contrast_over_default"]] >= 0))
 
 
 def _close(a: float, b: float) -> bool:

@@ -145,8 +145,11 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
     missing = ~np.isfinite(oob)
     if missing.any():
         oob[missing] = forest.probability(x[missing])
-    min_distance, threshold = choose_selection(oob, y, where, group, unmatched, typical=tolerance * 2)
+    min_distance, threshold, learned_f1 = choose_selection(oob, y, where, group, unmatched, typical=tolerance * 2)
+    default_f1 = _default_f1(x, y, names, unmatched)
+    use_default = learned_f1 < default_f1 + GATE_MARGIN
     return LearnedDetector(forest=forest, threshold=threshold, min_distance=min_distance, radius=float(radius),
+                           decision="default" if use_default else "learned", training_f1=(learned_f1, default_f1),
                            spacing=tuple(float(s) for s in spacing), polarity=polarity, ndim=ndim, rgb=rgb,
                            feature_names=tuple(names), tolerance=float(tolerance), samples=x.astype(np.float32),
                            labels=y, positions=where, groups=group, n_images=n_images,
@@ -177,7 +180,24 @@ def choose_selection(probability, labels, positions, groups, n_missed, *, typica
         f1 = 2 * tp / max(2 * tp + fp + (int(labels.sum()) + n_missed - tp), 1)
         if best is None or f1 > best[0] + 1e-12:
             best = (f1, distance, threshold)
-    return float(best[1]), float(best[2])
+    return float(best[1]), float(best[2]), float(best[0])
+
+
+GATE_MARGIN = 0.01
+"""The learned decision is used when its out-of-bag F1 on the training images beats the default
+threshold's F1 there by at least this much; otherwise the detector keeps the default's points
+(its probability still being the score)."""
+
+
+def _default_f1(features, labels, names, n_missed) -> float:
+    """F1 of the default threshold on the training samples (see ``LearnedDetector.default_keep``)."""
+    from ._detector import default_keep
+
+    kept = default_keep(features, names)
+    tp = int((kept & labels).sum())
+    fp = int((kept & ~labels).sum())
+    fn = int(labels.sum()) + n_missed - tp
+    return 2 * tp / max(2 * tp + fp + fn, 1)
 
 
 F1_SLACK = 0.02
