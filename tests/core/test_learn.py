@@ -257,3 +257,16 @@ def test_command_line_learn_then_detect(tmp_path, pair, capsys):
     assert "one --points table per image" in capsys.readouterr().err
     assert main(["detect", str(tmp_path / "b.tif"), "--out", str(tmp_path / "c.csv")]) == 2
     assert "--radius is required" in capsys.readouterr().err
+
+
+def test_rethresholding_learned_detections(pair, detector):
+    """The slider's refilter: 'auto' is the detector's decision again, a number a probability."""
+    _, second = pair
+    found = iterative_voting(second.image, radius=9, detector=detector, backend="numpy")
+    again = found.with_threshold("auto")
+    np.testing.assert_array_equal(again.points, found.points)
+    np.testing.assert_array_equal(found.contrasts, found.candidate_contrasts[found.auto_kept])
+    low = found.with_threshold(0.05)
+    assert len(low.points) >= len(found.points) and np.all(low.scores >= 0.05)
+    kept = np.flatnonzero(found.eligible & (found.candidate_scores >= 0.05))
+    np.testing.assert_array_equal(low.points, found.candidates[kept])

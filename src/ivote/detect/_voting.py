@@ -54,6 +54,12 @@ class Detections:
     spacing: tuple
     radius_estimated: bool = False
     """True when ``radius`` was estimated from the image (``radius="auto"``)."""
+    eligible: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates that can be points at any threshold (a learned detector's: not
+    beside a more probable one); None: all."""
+    auto_kept: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates ``threshold="auto"`` keeps, when a learned detector decided them;
+    None: the rule of :func:`auto_threshold`."""
 
     def __len__(self) -> int:
         return len(self.points)
@@ -61,10 +67,13 @@ class Detections:
     @property
     def contrasts(self) -> np.ndarray:
         """(N,) contrast to the image noise of each point."""
+        if self.auto_kept is not None and np.array_equal(self.points, self.candidates[self.auto_kept]):
+            return self.candidate_contrasts[self.auto_kept]  # the learned detector's decision
         return self.candidate_contrasts[self._kept(self.threshold, self.min_contrast)]
 
     def _kept(self, threshold: float, min_contrast: float) -> np.ndarray:
-        return (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        kept = (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        return kept if self.eligible is None else kept & self.eligible
 
     def with_threshold(self, threshold: str | float | None, min_contrast: float | None = None) -> "Detections":
         """The same detections with another threshold (no voting again).
@@ -74,6 +83,10 @@ class Detections:
         ``min_contrast`` a number >= 0 (default: the current one).
         """
         low = self.min_contrast if min_contrast is None else check_positive(min_contrast, "min_contrast", allow_zero=True)
+        if self.auto_kept is not None and isinstance(threshold, str) and threshold.strip().lower() == "auto":
+            keep = self.auto_kept  # a learned detector's decision
+            return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep],
+                           threshold=float(self.candidate_scores[keep].min()) if keep.any() else float("inf"))
         value, low = _resolve_rule(threshold, self.candidate_scores, self.candidate_contrasts, low)
         keep = self._kept(value, low)
         return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep], threshold=value,

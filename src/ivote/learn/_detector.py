@@ -94,28 +94,32 @@ class LearnedDetector:
             return np.zeros(0)
         return self.forest.probability(values)
 
-    def select(self, candidates, probability, spacing, threshold=None, features=None) -> np.ndarray:
-        """Which candidates are nuclei: probability at least ``threshold`` (default the detector's),
-        and the most probable of points closer than ``min_distance``; with ``decision='default'``
-        (and no ``threshold`` given), the default threshold's points (from ``features``). (M,) bool."""
+    def eligible(self, candidates, probability, spacing) -> np.ndarray:
+        """(M,) bool: the candidates not within ``min_distance`` of a more probable one (kept at any
+        threshold; a greedy scan in order of probability)."""
         from ._candidates import suppress
 
+        return suppress(np.asarray(candidates), probability, spacing, self.min_distance)
+
+    def select(self, candidates, probability, spacing, threshold=None, features=None) -> np.ndarray:
+        """Which candidates are nuclei: probability at least ``threshold`` (default the detector's)
+        and :meth:`eligible`; with ``decision='default'`` (and no ``threshold`` given), the default
+        threshold's points (from ``features``). (M,) bool."""
         if self.decision == "default" and threshold is None:
             if features is None:
                 raise IvoteError("this detector keeps the default threshold's points: give the features")
             return default_keep(features.values if hasattr(features, "values") else features, self.feature_names)
         value = self.threshold if threshold is None else float(threshold)
-        above = np.flatnonzero(probability >= value)
-        keep = np.zeros(len(probability), dtype=bool)
-        keep[above[suppress(np.asarray(candidates)[above], probability[above], spacing, self.min_distance)]] = True
-        return keep
+        return self.eligible(candidates, probability, spacing) & (probability >= value)
 
     def rescore(self, image, detections, *, threshold=None, channel=None, stains=None, backend: str = "auto"):
         """``detections`` (with their vote field) scored by the detector: the candidates are the
         detector's and the vote field's closer maxima (``_candidates.widen``), every one scored by
         its probability of being a nucleus; the points are those at or above ``threshold``
         (default: the detector's), the most probable of points closer than ``min_distance``. The
-        contrast floor is lifted (the contrast is one of the features)."""
+        contrast floor is lifted (the contrast is one of the features). ``with_threshold('auto')``
+        of the result gives the detector's decision again, a number the eligible candidates at or
+        above that probability."""
         from ..detect._colour import reads_as_rgb
         from ._candidates import widen
         from ._features import candidate_features
@@ -129,13 +133,16 @@ class LearnedDetector:
         order = np.lexsort((np.arange(len(probability)), -probability))  # best first, ties in the old order
         candidates = np.asarray(detections.candidates)[order]
         probability = probability[order]
-        keep = self.select(candidates, probability, detections.spacing, threshold, features.values[order])
-        value = self.threshold if threshold is None else float(threshold)
-        if self.decision == "default" and threshold is None:
-            value = float(probability[keep].min()) if keep.any() else float("inf")
+        eligible = self.eligible(candidates, probability, detections.spacing)
+        auto = self.select(candidates, probability, detections.spacing, None, features.values[order])
+        keep = auto if threshold is None else eligible & (probability >= float(threshold))
+        value = float(threshold) if threshold is not None else (
+            self.threshold if self.decision == "learned" else (float(probability[auto].min()) if auto.any()
+                                                               else float("inf")))
         return replace(detections, points=candidates[keep], scores=probability[keep], threshold=value,
                        candidates=candidates, candidate_scores=probability,
-                       candidate_contrasts=np.asarray(detections.candidate_contrasts)[order], min_contrast=0.0)
+                       candidate_contrasts=np.asarray(detections.candidate_contrasts)[order], min_contrast=0.0,
+                       eligible=eligible, auto_kept=auto)
 
     # ---- file -----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
