@@ -49,9 +49,6 @@ def detect_with(iterative_voting, detector, image, *, radius, spacing, polarity,
     rgb = reads_as_rgb(shape) and channel is None
     ndim = len(shape) - (1 if reads_as_rgb(shape) else 0)
     radius = detector.radius if radius is None else radius
-    if isinstance(radius, str):
-        raise IvoteError("with a detector, radius must be the training's (or None to take it); got "
-                         f"{radius!r}")
     spacing = detector.spacing if spacing is None else spacing
     detector.check_compatible(ndim=ndim, rgb=rgb, polarity=polarity)  # features are in radii: any radius
     found = iterative_voting(image, radius=radius, spacing=spacing, polarity=polarity, threshold=None,

@@ -8,6 +8,7 @@ from napari.layers import Image
 
 from ._batch import BatchPanel
 from ._detect_volume import VolumePanel
+from ._learn_panel import LearnPanel
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import DockWidget, Status, layer_choices, polarity_for
 
@@ -49,11 +50,12 @@ class DetectForm(DockWidget):
         self.folder_button = PushButton(text="Run on folder…", tooltip="Show the folder panel: the current "
                                         "settings on every image of a folder.")
         self.volume = VolumePanel(self)
+        self.learn_panel = LearnPanel(self)
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
         more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
         self.batch.visible = False
         super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
-                                         self.auto_threshold, self.live, buttons, self.volume, more, self.status,
+                                         self.auto_threshold, self.live, buttons, self.volume, more, self.learn_panel, self.status,
                                          self.batch])
 
     def fit_to(self, geometry, *, keep_radius: bool):

@@ -207,6 +207,8 @@ class DetectRequest:
     preview: bool = False
     backend: str = "auto"
     """Detector backend: 'auto' (GPU when there is one), 'numpy' or 'cupy'."""
+    detector: object = None
+    """A learned detector (``ivote.learn.LearnedDetector``) that scores the candidates, or None."""
 
     def settings(self) -> tuple:
         """The settings that make a cached result reusable (the threshold is not one)."""
@@ -302,6 +304,7 @@ def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
             threshold="auto",
             iter_callback=iter_callback,
             backend=request.backend,
+            detector=request.detector,
             **kwargs,
         )
     finally:
@@ -544,7 +547,7 @@ def grey_rgb_note(layer) -> str | None:
 
 
 def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_point, radius: float, polarity: str,
-                  blur: float | None, preview: bool, view=None):
+                  blur: float | None, preview: bool, view=None, detector=None):
     """What a worker runs for ``layer``: ``(request, window, frames)``.
 
     Run: the whole image (every frame of a time-lapse). Preview: the displayed
@@ -572,7 +575,8 @@ def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_poin
         window, offset = preview_window(geometry, radius, plane=plane, view=full_resolution_corners(layer) if view is None else view,
                                         max_plane_pixels=budget, crop_to_view=lazy)
         data = data[window]
-    request = DetectRequest(np.asarray(data), radius, geometry.scale, polarity, blur, offset, 0, preview)
+    request = DetectRequest(np.asarray(data), radius, geometry.scale, polarity, blur, offset, 0, preview,
+                            detector=detector)
     return request, window, frames
 
 
@@ -694,6 +698,8 @@ def detect_volume_job(image, geometry: ImageGeometry, settings: dict, check, *, 
 
     from ..distributed import detect_chunked
 
+    if settings.get("detector") is not None:
+        raise ValueError("a learned model is not applied block by block: Forget it, or Run on the image in memory")
     options = {"polarity": settings["polarity"], "threshold": "auto"}
     if settings.get("blur"):
         options["blur"] = settings["blur"]
