@@ -139,7 +139,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
         first = result.frames[0]
         where = f"{found.n_frames} frames, "
     else:
-        from ._voting import iterative_voting
+        from ._dispatch import iterative_voting
 
         with progress as bar, bar.step("detecting nuclei (voting passes)") as task:
             result = first = iterative_voting(

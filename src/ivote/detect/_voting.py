@@ -566,13 +566,8 @@ def iterative_voting(
     >>> match_points(found.points, centers, tolerance=3).f1
     1.0
     """
-    if detector is not None:
-        from ..learn._hook import detect_with
-
-        return detect_with(iterative_voting, detector, image, radius=radius, spacing=spacing, polarity=polarity,
-                           blur=blur, threshold=threshold, min_contrast=min_contrast, channel=channel,
-                           stains=stains, features=features, return_votes=return_votes,
-                           iter_callback=iter_callback, backend=backend)
+    if detector is not None:  # ivote.iterative_voting (detect/_dispatch.py) applies it, above both
+        raise IvoteError("detector= is applied by ivote.iterative_voting (ivote.detect.iterative_voting)")
     xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)

@@ -38,8 +38,8 @@ def _probability_threshold(threshold):
     return value
 
 
-def detect_with(iterative_voting, detector, image, *, radius, spacing, polarity, threshold, channel, stains,
-                return_votes, backend, **options):
+def detect_with(iterative_voting, detector, image, *, radius=None, spacing=None, polarity="bright",
+                threshold="auto", channel=None, stains=None, return_votes=False, backend="auto", **options):
     """The detections of ``image`` (every candidate) re-scored by ``detector`` (see ``iterative_voting``)."""
     from ..detect._colour import reads_as_rgb
 

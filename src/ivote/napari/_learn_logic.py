@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-__all__ = ["learn_and_rescore", "learning_inputs"]
+__all__ = ["learn_and_rescore", "learning_inputs", "model_points_changes"]
 
 
 def learning_inputs(widget, cache):
@@ -39,7 +39,6 @@ def learn_and_rescore(shown, corrected, base, cache):
     from ..learn import corrections_of, fit_detector
     from ..learn._learn import default_tolerance
     from ._detect_logic import DetectResult
-    from ._learn_panel import model_points_changes
 
     run, polarity, blur = shown.result
     image = np.asarray(shown.image.data)
@@ -70,3 +69,13 @@ def learn_and_rescore(shown, corrected, base, cache):
     if len(corrections.unmatched_points):
         message += f" ({len(corrections.unmatched_points)} of your points have no candidate near them)"
     return detector, DetectResult(rescored, None, 0, False, seconds), message
+
+
+def model_points_changes(before: np.ndarray, after: np.ndarray, tolerance: float) -> tuple[int, int]:
+    """(added, removed): points of ``after`` with no point of ``before`` within ``tolerance``, and the reverse."""
+    from ..metrics import match_points
+
+    if len(before) == 0 or len(after) == 0:
+        return len(after), len(before)
+    match = match_points(after, before, tolerance=tolerance)
+    return len(after) - match.true_positives, len(before) - match.true_positives

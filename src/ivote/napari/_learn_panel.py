@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from magicgui.widgets import Container, Label, PushButton
 
 from ._runner import Runner
@@ -129,13 +128,3 @@ def _ask_path(parent, *, save: bool) -> str | None:
     ask = QFileDialog.getSaveFileName if save else QFileDialog.getOpenFileName
     path, _ = ask(parent, "Detector model", "detector.json", "Detector model (*.json)")
     return path or None
-
-
-def model_points_changes(before: np.ndarray, after: np.ndarray, tolerance: float) -> tuple[int, int]:
-    """(added, removed): points of ``after`` with no point of ``before`` within ``tolerance``, and the reverse."""
-    from ..metrics import match_points
-
-    if len(before) == 0 or len(after) == 0:
-        return len(after), len(before)
-    match = match_points(after, before, tolerance=tolerance)
-    return len(after) - match.true_positives, len(before) - match.true_positives
