@@ -94,12 +94,18 @@ class LearnedDetector:
             return np.zeros(0)
         return self.forest.probability(values)
 
-    def eligible(self, candidates, probability, spacing) -> np.ndarray:
-        """(M,) bool: the candidates not within ``min_distance`` of a more probable one (kept at any
-        threshold; a greedy scan in order of probability)."""
+    def eligible(self, candidates, probability, spacing, features) -> np.ndarray:
+        """(M,) bool: the candidates that stand out from the image noise (:func:`passes_noise_test`)
+        and lie not within ``min_distance`` of a more probable one (a greedy scan in order of
+        probability): the ones a threshold on the probability chooses from."""
         from ._candidates import suppress
 
-        return suppress(np.asarray(candidates), probability, spacing, self.min_distance)
+        values = features.values if hasattr(features, "values") else np.asarray(features)
+        standing = passes_noise_test(values, self.feature_names)
+        keep = np.zeros(len(probability), dtype=bool)
+        rows = np.flatnonzero(standing)
+        keep[rows[suppress(np.asarray(candidates)[rows], probability[rows], spacing, self.min_distance)]] = True
+        return keep
 
     def select(self, candidates, probability, spacing, threshold=None, features=None) -> np.ndarray:
         """Which candidates are nuclei: probability at least ``threshold`` (default the detector's)
@@ -109,8 +115,10 @@ class LearnedDetector:
             if features is None:
                 raise IvoteError("this detector keeps the default threshold's points: give the features")
             return default_keep(features.values if hasattr(features, "values") else features, self.feature_names)
+        if features is None:
+            raise IvoteError("select needs the candidates' features (the noise test is one of them)")
         value = self.threshold if threshold is None else float(threshold)
-        return self.eligible(candidates, probability, spacing) & (probability >= value)
+        return self.eligible(candidates, probability, spacing, features) & (probability >= value)
 
     def rescore(self, image, detections, *, threshold=None, channel=None, stains=None, backend: str = "auto"):
         """``detections`` (with their vote field) scored by the detector: the candidates are the
@@ -133,7 +141,7 @@ class LearnedDetector:
         order = np.lexsort((np.arange(len(probability)), -probability))  # best first, ties in the old order
         candidates = np.asarray(detections.candidates)[order]
         probability = probability[order]
-        eligible = self.eligible(candidates, probability, detections.spacing)
+        eligible = self.eligible(candidates, probability, detections.spacing, features.values[order])
         auto = self.select(candidates, probability, detections.spacing, None, features.values[order])
         keep = auto if threshold is None else eligible & (probability >= float(threshold))
         value = float(threshold) if threshold is not None else (
@@ -209,6 +217,17 @@ def load_detector(path) -> LearnedDetector:
         return detector
     except (KeyError, TypeError, ValueError) as exc:
         raise InputFileError(f"{path} is a damaged learned detector ({type(exc).__name__}: {exc})") from None
+
+
+def passes_noise_test(features, names) -> np.ndarray:
+    """(M,) bool: the candidate's contrast to the image noise is at least the default
+    ``min_contrast`` (3). A rule, not learned: corrected images hold nuclei, so no training image
+    shows what an image of noise alone looks like, where every feature but the contrast is
+    relative to the image."""
+    from ..detect._voting import _DEFAULT_MIN_CONTRAST
+
+    column = list(names).index("log_contrast")
+    return np.asarray(features)[:, column] >= np.float32(np.log1p(_DEFAULT_MIN_CONTRAST))
 
 
 def default_keep(features, names) -> np.ndarray:

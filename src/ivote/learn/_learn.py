@@ -145,7 +145,10 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
     missing = ~np.isfinite(oob)
     if missing.any():
         oob[missing] = forest.probability(x[missing])
-    min_distance, threshold, learned_f1 = choose_selection(oob, y, where, group, unmatched, typical=tolerance * 2)
+    from ._detector import passes_noise_test
+
+    min_distance, threshold, learned_f1 = choose_selection(oob, y, where, group, unmatched, typical=tolerance * 2,
+                                                           eligible=passes_noise_test(x, names))
     default_f1 = _default_f1(x, y, names, unmatched)
     use_default = learned_f1 < default_f1 + GATE_MARGIN
     return LearnedDetector(forest=forest, threshold=threshold, min_distance=min_distance, radius=float(radius),
@@ -160,7 +163,7 @@ DISTANCE_FACTORS = (0.6, 0.8, 1.0, 1.2, 1.5)
 """Candidate distances between kept points, in typical nucleus radii, that the training images choose from."""
 
 
-def choose_selection(probability, labels, positions, groups, n_missed, *, typical: float):
+def choose_selection(probability, labels, positions, groups, n_missed, *, typical: float, eligible=None):
     """(min_distance, threshold) of the best F1 on the training samples: for each distance of
     :data:`DISTANCE_FACTORS` (times the typical radius), the most probable of close points are kept
     (:func:`ivote.learn._candidates.suppress`; a nucleus suppressed is a miss) and the
@@ -170,7 +173,7 @@ def choose_selection(probability, labels, positions, groups, n_missed, *, typica
         distance = factor * typical
         kept = np.zeros(len(labels), dtype=bool)
         for g in np.unique(groups):
-            rows = np.flatnonzero(groups == g)
+            rows = np.flatnonzero((groups == g) & (True if eligible is None else eligible))
             kept[rows] = suppress(positions[rows], probability[rows], (1.0,) * positions.shape[1], distance)
         missed = n_missed + int((labels & ~kept).sum())
         threshold = choose_threshold(probability[kept], labels[kept], missed)
