@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._backend import cpu_threads
 from ..errors import IvoteError
 
 __all__ = ["Forest", "fit_forest"]
@@ -86,7 +87,8 @@ def fit_forest(features: np.ndarray, labels: np.ndarray, *, n_trees: int = N_TRE
     """
     classifier = _sklearn()(
         n_estimators=n_trees, min_samples_leaf=MIN_SAMPLES_LEAF, max_features="sqrt",
-        class_weight="balanced_subsample", bootstrap=True, oob_score=True, random_state=seed, n_jobs=1)
+        class_weight="balanced_subsample", bootstrap=True, oob_score=True, random_state=seed,
+        n_jobs=cpu_threads())  # the same trees on any number of threads (one seed per tree)
     import warnings
 
     with warnings.catch_warnings():  # a few samples without out-of-bag trees: NaN, handled by the caller
