@@ -75,6 +75,7 @@ def register(subparsers) -> None:
     parser.add_argument("--channel", type=int, default=None, help="the nuclear stain's channel")
     parser.add_argument("--detector", default=None, metavar="JSON",
                         help="a detector to add these corrections to (its training samples are kept)")
-    parser.add_argument("--backend", choices=("auto", "numpy", "numba", "cupy"), default="auto")
+    parser.add_argument("--backend", choices=("auto", "numpy", "numba", "cupy"), default="auto",
+                        help="where the images are detected and their candidates described (default: auto)")
     parser.add_argument("--out", required=True, help="the detector file to write (.json)")
     parser.set_defaults(func=_cmd_learn)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .._typing import Array, ArrayLike, Spacing
 from ..errors import InputFileError, IvoteError
 from ._forest import Forest
 
@@ -64,7 +67,8 @@ class LearnedDetector:
     def n_samples(self) -> int:
         return len(self.labels)
 
-    def check_compatible(self, *, ndim: int, rgb: bool, radius=None, spacing=None, polarity=None) -> None:
+    def check_compatible(self, *, ndim: int, rgb: bool, radius: float | str | None = None, spacing: Spacing = None,
+                         polarity: str | None = None) -> None:
         """Raise :class:`IvoteError` when an image or settings differ from the training's."""
         kind = {True: "an RGB (H&E) image", False: "a grey image"}
         if ndim != self.ndim:
@@ -81,7 +85,7 @@ class LearnedDetector:
         if polarity is not None and not self.rgb and polarity != self.polarity:
             raise IvoteError(f"detector was trained with polarity {self.polarity!r}; got {polarity!r}")
 
-    def probability(self, features) -> np.ndarray:
+    def probability(self, features: Any) -> np.ndarray:
         """(M,) probability of a nucleus for (M, F) candidate features (:func:`candidate_features`)."""
         values = features.values if hasattr(features, "values") else np.asarray(features)
         names = getattr(features, "names", None)
@@ -94,7 +98,7 @@ class LearnedDetector:
             return np.zeros(0)
         return self.forest.probability(values)
 
-    def eligible(self, candidates, probability, spacing, features) -> np.ndarray:
+    def eligible(self, candidates: ArrayLike, probability: np.ndarray, spacing: Spacing, features: Any) -> np.ndarray:
         """(M,) bool: the candidates that stand out from the image noise (:func:`passes_noise_test`)
         and lie not within ``min_distance`` of a more probable one (a greedy scan in order of
         probability): the ones a threshold on the probability chooses from."""
@@ -107,7 +111,8 @@ class LearnedDetector:
         keep[rows[suppress(np.asarray(candidates)[rows], probability[rows], spacing, self.min_distance)]] = True
         return keep
 
-    def select(self, candidates, probability, spacing, threshold=None, features=None) -> np.ndarray:
+    def select(self, candidates: ArrayLike, probability: np.ndarray, spacing: Spacing, threshold: float | None = None,
+               features: Any = None) -> np.ndarray:
         """Which candidates are nuclei: probability at least ``threshold`` (default the detector's)
         and :meth:`eligible`; with ``decision='default'`` (and no ``threshold`` given), the default
         threshold's points (from ``features``). (M,) bool."""
@@ -120,7 +125,8 @@ class LearnedDetector:
         value = self.threshold if threshold is None else float(threshold)
         return self.eligible(candidates, probability, spacing, features) & (probability >= value)
 
-    def rescore(self, image, detections, *, threshold=None, channel=None, stains=None, backend: str = "auto"):
+    def rescore(self, image: ArrayLike | Array, detections: Any, *, threshold: float | None = None,
+                channel: int | None = None, stains: str | ArrayLike | None = None, backend: str = "auto") -> Any:
         """``detections`` (with their vote field) scored by the detector: the candidates are the
         detector's and the vote field's closer maxima (``_candidates.widen``), every one scored by
         its probability of being a nucleus; the points are those at or above ``threshold``
@@ -167,7 +173,7 @@ class LearnedDetector:
                         "positions": self.positions.tolist(), "groups": self.groups.tolist()},
         }
 
-    def save(self, path) -> Path:
+    def save(self, path: str | os.PathLike) -> Path:
         """Write the detector to ``path`` (JSON), atomically."""
         from .._atomic import write_atomic
 
@@ -179,7 +185,7 @@ class LearnedDetector:
         return write_atomic(path, write)
 
     @classmethod
-    def load(cls, path) -> "LearnedDetector":
+    def load(cls, path: str | os.PathLike) -> "LearnedDetector":
         """Read a detector written by :meth:`save`."""
         return load_detector(path)
 

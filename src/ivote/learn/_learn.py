@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .._typing import ArrayLike, Spacing
 from .._validate import check_positive
 from ..errors import IvoteError
 from ._candidates import suppress, widen
@@ -236,9 +238,9 @@ def choose_threshold(probability: np.ndarray, labels: np.ndarray, n_missed: int 
     return float(round(edges[np.argmin(np.abs(edges - 0.5))], 12))
 
 
-def learn_detector(images, points, *, radius: float, spacing=None, polarity: str = "bright", annotated=None,
-                   tolerance: float | None = None, detector: LearnedDetector | None = None, channel=None,
-                   stains=None, n_trees: int = N_TREES, seed: int = 0,
+def learn_detector(images: Any, points: Any, *, radius: float, spacing: Spacing = None, polarity: str = "bright",
+                   annotated: Any = None, tolerance: float | None = None, detector: LearnedDetector | None = None,
+                   channel: int | None = None, stains: str | ArrayLike | None = None, n_trees: int = N_TREES, seed: int = 0,
                    backend: str = "auto") -> LearnedDetector:
     """Learn which maxima of the vote field are nuclei from corrected points on a few images.
 
