@@ -270,3 +270,19 @@ def test_rethresholding_learned_detections(pair, detector):
     assert len(low.points) >= len(found.points) and np.all(low.scores >= 0.05)
     kept = np.flatnonzero(found.eligible & (found.candidate_scores >= 0.05))
     np.testing.assert_array_equal(low.points, found.candidates[kept])
+
+
+def test_feature_maps_are_sampled_at_the_candidates(pair):
+    """Feature maps (e.g. a ConvRBM's responses) add their value at the centre and inside half the radius."""
+    first, _ = pair
+    found = iterative_voting(first.image, radius=9, threshold=None, return_votes=True, backend="numpy")
+    maps = np.stack([first.image, (first.labels > 0).astype(np.float32)])
+    features = candidate_features(first.image, found, maps=maps, backend="numpy")
+    assert features.names[-4:] == ("map0_centre", "map0_inner", "map1_centre", "map1_inner")
+    y, x = found.candidates.astype(int).T
+    np.testing.assert_allclose(features.values[:, -4], first.image[y, x], rtol=1e-6)
+    np.testing.assert_allclose(features.values[:, -2], (first.labels[y, x] > 0), rtol=0)
+    # inside half the radius: the mean of the mask map there lies in [0, 1] and is high on nuclei
+    match = match_points(found.candidates, first.centers, tolerance=3)
+    assert np.all((features.values[:, -1] >= 0) & (features.values[:, -1] <= 1))
+    assert np.median(features.values[match.pairs[:, 0], -1]) > 0.8

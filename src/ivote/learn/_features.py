@@ -133,6 +133,7 @@ def gather_reference(array, points, offsets):
     """
     xp = get_array_module(array)
     shape = array.shape
+    points, offsets = xp.asarray(points), xp.asarray(offsets)
     where = points[:, None, :] + offsets[None, :, :]
     index = tuple(xp.clip(where[..., axis], 0, shape[axis] - 1) for axis in range(array.ndim))
     return array[index].astype(xp.float64)
@@ -206,9 +207,9 @@ def candidate_features(image, detections, *, polarity: str = "bright", channel=N
     # intensities with nuclei bright, in units of the signal's range
     samples = (sign * (samples - low)) / span + (0.0 if sign > 0 else 1.0)
     ring = stencil.ring
-    profile = xp.stack([samples[:, ring == i].mean(axis=1) for i in range(len(RINGS) + 1)], axis=1)
-    inner_cols = ring <= RINGS.index(_INNER) + 1
-    outer_cols = np.isin(ring, [RINGS.index(f) + 1 for f in _OUTER])
+    profile = xp.stack([samples[:, xp.asarray(ring == i)].mean(axis=1) for i in range(len(RINGS) + 1)], axis=1)
+    inner_cols = xp.asarray(ring <= RINGS.index(_INNER) + 1)
+    outer_cols = xp.asarray(np.isin(ring, [RINGS.index(f) + 1 for f in _OUTER]))
     columns["centre"] = profile[:, :2].mean(axis=1)
     columns["inner"] = samples[:, inner_cols].mean(axis=1)
     columns["ring"] = samples[:, outer_cols].mean(axis=1)
@@ -232,7 +233,7 @@ def candidate_features(image, detections, *, polarity: str = "bright", channel=N
     if n_maps:
         maps = maps if maps.ndim == ndim + 1 else maps[None]
         for k in range(n_maps):
-            values = _gather(maps[k], points, stencil.samples[inner_cols], compiled)
+            values = _gather(maps[k], points, stencil.samples[to_host(inner_cols)], compiled)
             columns[f"map{k}_centre"] = values[:, 0]
             columns[f"map{k}_inner"] = values.mean(axis=1)
     host = {key: to_host(value).astype(np.float64) for key, value in columns.items()}
