@@ -11,8 +11,9 @@ correct within half the image's true median radius:
   highest-scoring false detections deleted and 10 missed nuclei added (nothing else corrected);
 * ``oracle``: each test image's best score threshold over the maxima passing the default
   contrast test (counts pooled);
-* ``blob_log``: scikit-image's ``blob_log`` at one sigma from the same radius, its default
-  threshold, measured in the same run.
+* ``blob_log`` / ``blob_log Otsu``: scikit-image's ``blob_log`` at one sigma from the same
+  radius, at its default threshold and at Otsu's threshold of its candidates' responses
+  (``accuracy_detect.run_blob_log``), measured in the same run.
 
 Every column is measured on the same test images: the fourth image on. A dataset of one
 image is split in two along x: training on the left half (``annotated`` mask), testing on
@@ -104,13 +105,27 @@ class Image:
 
 
 def learned_points(detector, img):
+    if detector is None:
+        return img.default.points
     p = detector.probability(img.features)
     return img.wide.candidates[detector.select(img.wide.candidates, p, img.wide.spacing, features=img.features)]
 
 
 def train(images, points_of, backend):
+    """The detector learned from ``points_of(image)`` on ``images``, or None when nothing can be learned
+    (every candidate of the training region is a nucleus): the default's points are counted then."""
+    from ivote.errors import IvoteError
+
     first = images[0]
     corrections = [img.corrections(points_of(img), backend) for img in images]
+    try:
+        return _fit(corrections, first)
+    except IvoteError as exc:
+        print(f"  {first.id}: {exc}", file=sys.stderr)
+        return None
+
+
+def _fit(corrections, first):
     return fit_detector(corrections, radius=first.found.radius, spacing=first.found.spacing,
                         polarity=first.polarity, ndim=first.ndim,
                         rgb=reads_as_rgb(np.shape(first.image)), tolerance=default_tolerance(first.found.radius,
@@ -162,11 +177,12 @@ def evaluate(folder: Path, args):
         oracle.append(oracle_match(every.points[keep], every.scores[keep], centers, i.tol, i.spacing))
     rows["oracle"] = _sum(oracle)
     if not args.no_peer:
-        blob = []
+        blob, blob_otsu = [], []
         for i in test:
-            default, _, _, _ = run_blob_log(i.image, meta, i.found.radius / RADIUS_FACTOR[i.ndim], i.spacing)
+            default, otsu, _, _ = run_blob_log(i.image, meta, i.found.radius / RADIUS_FACTOR[i.ndim], i.spacing)
             blob.append(i.match(default))
-        rows["blob_log"] = _sum(blob)
+            blob_otsu.append(i.match(otsu))
+        rows["blob_log"], rows["blob_log Otsu"] = _sum(blob), _sum(blob_otsu)
     timing = dict(detect=np.mean([i.detect_seconds for i in images]),
                   features=np.mean([i.feature_seconds for i in images]), learn=learn_seconds,
                   candidates=np.mean([len(i.found.candidates) for i in images]))
@@ -188,7 +204,7 @@ def main(argv=None) -> int:
     if not folders:
         print(f"no datasets under {args.data}", file=sys.stderr)
         return 1
-    columns = ["default", "learned 1", "learned 3", "twenty clicks", "oracle", "blob_log"]
+    columns = ["default", "learned 1", "learned 3", "twenty clicks", "oracle", "blob_log", "blob_log Otsu"]
     lines = [f"# Learned detector accuracy ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              "`python benchmarks/accuracy_learn.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip() + "`; "
              f"backend {args.backend}; F1 (precision / recall) pooled over the test images.", "",

@@ -60,7 +60,7 @@ def test_learn_from_corrections_updates_the_layer(make_napari_viewer, qtbot, det
     before = match_points(default, sample.centers, tolerance=3.0).f1
     after = match_points(np.asarray(relearned.data), sample.centers, tolerance=3.0).f1
     assert after >= before - 0.02
-    assert widget.learn_panel.save_button.enabled and "model from 1 image" in widget.learn_panel.info.value
+    assert widget.learn_panel.save_button.enabled and "model from 1 image" in widget.learn_panel.description
     # Run with the model gives the re-scored points
     widget.run()
     qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)

@@ -18,13 +18,14 @@ __all__ = ["iterative_voting"]
 
 @functools.wraps(_voting.iterative_voting)
 def iterative_voting(image, *args, **kwargs):
-    if kwargs.get("detector") is not None:
+    detector = kwargs.pop("detector", None)
+    if detector is not None:
         if type(image).__module__.split(".")[0] == "dask":
             raise ValueError("a learned detector is not applied block by block: compute the image (or a crop of "
                              "it) into memory first")
         from ..learn._hook import detect_with
 
-        return detect_with(_voting.iterative_voting, kwargs.pop("detector"), image, *args, **kwargs)
+        return detect_with(_voting.iterative_voting, detector, image, *args, **kwargs)
     if type(image).__module__.split(".")[0] == "dask":  # larger than memory, perhaps: block by block
         from ..distributed._detect import detect_dask
 

@@ -51,8 +51,10 @@ class DetectForm(DockWidget):
                                         "settings on every image of a folder.")
         self.volume = VolumePanel(self)
         self.learn_panel = LearnPanel(self)
+        self.learn_panel.visible = False  # shown by its toggle in the row below
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
+        more = Container(widgets=[self.export_button, self.folder_button, self.learn_panel.toggle], layout="horizontal",
+                         labels=False)
         self.batch.visible = False
         super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
                                          self.auto_threshold, self.live, buttons, self.volume, more, self.learn_panel, self.status,

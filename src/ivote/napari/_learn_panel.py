@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from magicgui.widgets import Container, Label, PushButton
+from magicgui.widgets import Container, PushButton
 
 from ._runner import Runner
 
@@ -16,7 +16,8 @@ _LEARN_TIP = ("Edit the nuclei layer of a Run first (delete false points, add mi
 
 
 class LearnPanel(Container):
-    """Learn / Save / Load / Forget, and what the model is."""
+    """Learn / Save / Load / Forget in one row (the dock stays short); what the model is goes to the status
+    line and the Learn button's tooltip (:attr:`description`)."""
 
     def __init__(self, detect_widget):
         self.detect_widget = detect_widget
@@ -26,13 +27,15 @@ class LearnPanel(Container):
         self._base_image = None
         self._cache = {}  # image layer id -> (settings, detections with every candidate and the vote field)
         self.learn_button = PushButton(text="Learn from my corrections", tooltip=_LEARN_TIP)
-        self.save_button = PushButton(text="Save model…", enabled=False, tooltip="Save the model as JSON.")
-        self.load_button = PushButton(text="Load model…", tooltip="Load a model saved here or by 'ivote learn'.")
+        self.save_button = PushButton(text="Save…", enabled=False, tooltip="Save the model as JSON.")
+        self.load_button = PushButton(text="Load…", tooltip="Load a model saved here or by 'ivote learn'.")
         self.forget_button = PushButton(text="Forget", enabled=False, tooltip="Detect without the model again.")
-        self.info = Label(value="no model: the default threshold")
-        buttons = Container(widgets=[self.save_button, self.load_button, self.forget_button], layout="horizontal",
-                            labels=False)
-        super().__init__(widgets=[self.learn_button, buttons, self.info], labels=False)
+        self.description = _describe(None)
+        self.toggle = PushButton(text="Learn…", tooltip="Show the panel that learns from your corrections of the "
+                                 "nuclei layer, and saves and loads the model.")
+        self.toggle.changed.connect(lambda: setattr(self, "visible", not self.visible))
+        super().__init__(widgets=[self.learn_button, self.save_button, self.load_button, self.forget_button],
+                         layout="horizontal", labels=False)
         self.runner = None
         self.learn_button.changed.connect(lambda: self.learn())
         self.save_button.changed.connect(lambda: self.save())
@@ -52,7 +55,8 @@ class LearnPanel(Container):
         if detector is None:
             self._base = self._base_image = None
         self.save_button.enabled = self.forget_button.enabled = detector is not None
-        self.info.value = note or _describe(detector)
+        self.description = note or _describe(detector)
+        self.learn_button.tooltip = f"{_LEARN_TIP}\n\nNow: {self.description}."
         self.detect_widget._schedule_preview()
 
     # -- learning -----------------------------------------------------------------------------
@@ -109,7 +113,7 @@ class LearnPanel(Container):
         except (IvoteError, OSError) as exc:
             return self.detect_widget.status.show(str(exc), error=True)
         self.set_detector(detector)
-        self.detect_widget.status.show(f"model loaded from {path}")
+        self.detect_widget.status.show(f"model loaded from {path}: {self.description}")
 
 
 def _describe(detector) -> str:
