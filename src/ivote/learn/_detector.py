@@ -56,7 +56,7 @@ class LearnedDetector:
     """(N,) index of the training image of each sample."""
     decision: str = "learned"
     """'learned' (probability at least ``threshold``) or 'default': the default threshold's points,
-    kept when the learned decision did not beat it on the training images (``_learn.GATE_MARGIN``)."""
+    kept when the learned decision did not beat it on the training images (``_learn.GATE_SIGMAS``)."""
     training_f1: tuple = (float("nan"), float("nan"))
     """(learned out-of-bag, default) F1 on the training images."""
     n_images: int = 0
