@@ -121,3 +121,24 @@ def test_loading_a_bad_model_file_says_so(make_napari_viewer, detect_widget, tmp
     widget.learn_panel.load(str(bad))
     assert "not a learned detector" in widget.status.value
     assert widget.learn_panel.detector is None
+
+
+def test_run_on_folder_uses_the_model(tmp_path, sample):
+    """The folder run with the panel's model writes the model's points (the settings carry it)."""
+    import tifffile
+
+    from ivote import iterative_voting
+    from ivote.io import read_points_csv
+    from ivote.learn import learn_detector
+    from ivote.napari._batch import detect_folder
+
+    other = synthetic_nuclei((128, 128), radius=6.0, overlap=0.1, noise=0.05, seed=22)
+    detector = learn_detector(sample.image, sample.centers, radius=9.0, n_trees=25, backend="numpy")
+    tifffile.imwrite(tmp_path / "other.tif", other.image)
+    settings = {"radius": 9.0, "polarity": "bright", "blur": None, "threshold": "auto", "spacing": None,
+                "unit": None, "detector": detector}
+    rows = detect_folder([tmp_path / "other.tif"], tmp_path / "out", settings)
+    assert rows[0]["error"] == ""
+    written = read_points_csv(tmp_path / "out" / "other_nuclei.csv").points
+    expected = iterative_voting(other.image, radius=9.0, detector=detector, backend="numpy").points
+    np.testing.assert_allclose(np.sort(written, axis=0), np.sort(expected, axis=0))
