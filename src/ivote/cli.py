@@ -24,6 +24,7 @@ from pathlib import Path
 STAGE_CLIS: tuple[str, ...] = (
     "ivote.features._cli",
     "ivote.detect._cli",
+    "ivote.learn._cli",
     "ivote.segment._cli",
     "ivote.components._cli",
     "ivote.measure._cli",

@@ -57,6 +57,12 @@ class Detections:
     radius_note: str = ""
     """``radius="auto"``: what bounded the estimate (the image, the memory limit) or why it is
     unsure; "" when nothing did (``ivote.detect._radius.auto_radius``)."""
+    eligible: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates that can be points at any threshold (a learned detector's: not
+    beside a more probable one); None: all."""
+    auto_kept: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates ``threshold="auto"`` keeps, when a learned detector decided them;
+    None: the rule of :func:`auto_threshold`."""
 
     def __len__(self) -> int:
         return len(self.points)
@@ -64,10 +70,13 @@ class Detections:
     @property
     def contrasts(self) -> np.ndarray:
         """(N,) contrast to the image noise of each point."""
+        if self.auto_kept is not None and np.array_equal(self.points, self.candidates[self.auto_kept]):
+            return self.candidate_contrasts[self.auto_kept]  # the learned detector's decision
         return self.candidate_contrasts[self._kept(self.threshold, self.min_contrast)]
 
     def _kept(self, threshold: float, min_contrast: float) -> np.ndarray:
-        return (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        kept = (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        return kept if self.eligible is None else kept & self.eligible
 
     def with_threshold(self, threshold: str | float | None, min_contrast: float | None = None) -> "Detections":
         """The same detections with another threshold (no voting again).
@@ -77,6 +86,10 @@ class Detections:
         ``min_contrast`` a number >= 0 (default: the current one).
         """
         low = self.min_contrast if min_contrast is None else check_positive(min_contrast, "min_contrast", allow_zero=True)
+        if self.auto_kept is not None and isinstance(threshold, str) and threshold.strip().lower() == "auto":
+            keep = self.auto_kept  # a learned detector's decision
+            return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep],
+                           threshold=float(self.candidate_scores[keep].min()) if keep.any() else float("inf"))
         value, low = _resolve_rule(threshold, self.candidate_scores, self.candidate_contrasts, low)
         keep = self._kept(value, low)
         return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep], threshold=value,
@@ -439,6 +452,7 @@ def iterative_voting(
     return_votes: bool = False,
     iter_callback: Callback = None,
     backend: str = "auto",
+    detector: Any = None,
 ) -> Detections:
     """Detect nuclei by iterative voting (Parvin 2007, Saadatifard 2018).
 
@@ -512,6 +526,14 @@ def iterative_voting(
         'auto' runs on CuPy for CuPy input, else on the default backend
         (``IVOTE_BACKEND``); 'numba' the compiled CPU kernels, 'numpy' the
         NumPy path. Both CPU paths give the same cells.
+    detector : LearnedDetector or path, optional
+        A detector learned from corrected points (:func:`ivote.learn_detector`,
+        or the JSON file it was saved to): every local maximum is scored by its
+        probability of being a nucleus, and ``threshold='auto'`` is the
+        detector's decision threshold (a number is a probability); the contrast
+        floor is not applied (the contrast is one of its features). The image
+        must be of the training's kind and ``radius``, ``spacing`` and
+        ``polarity`` the training's (``radius=None`` takes the detector's).
 
     Returns
     -------
@@ -547,6 +569,8 @@ def iterative_voting(
     >>> match_points(found.points, centers, tolerance=3).f1
     1.0
     """
+    if detector is not None:  # ivote.iterative_voting (detect/_dispatch.py) applies it, above both
+        raise IvoteError("detector= is applied by ivote.iterative_voting (ivote.detect.iterative_voting)")
     xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)

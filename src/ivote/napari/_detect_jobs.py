@@ -42,6 +42,8 @@ class DetectRequest:
     preview: bool = False
     backend: str = "auto"
     """Detector backend: 'auto' (GPU when there is one), 'numpy' or 'cupy'."""
+    detector: object = None
+    """A learned detector (``ivote.learn.LearnedDetector``) that scores the candidates, or None."""
 
     def settings(self) -> tuple:
         """The settings that make a cached result reusable (the threshold is not one)."""
@@ -140,6 +142,7 @@ def run_request(request: DetectRequest, iter_callback=None) -> DetectResult:
             threshold="none",
             iter_callback=iter_callback,
             backend=request.backend,
+            detector=request.detector,
             **kwargs,
         )
     finally:
@@ -315,6 +318,8 @@ def detect_volume_job(image, geometry: ImageGeometry, settings: dict, check, *, 
 
     from ..distributed import detect_chunked
 
+    if settings.get("detector") is not None:
+        raise ValueError("a learned model is not applied block by block: Forget it, or Run on the image in memory")
     options = {"polarity": settings["polarity"], "threshold": "none"}  # the rule in refiltered(), as run_request
     if settings.get("blur"):
         options["blur"] = settings["blur"]

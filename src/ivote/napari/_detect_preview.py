@@ -95,7 +95,7 @@ LAZY_PREVIEW_PIXELS = 1024 * 1024
 
 
 def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_point, radius: float, polarity: str,
-                  blur: float | None, preview: bool, view=None):
+                  blur: float | None, preview: bool, view=None, detector=None):
     """What a worker runs for ``layer``: ``(request, window, frames)``.
 
     Run: the whole image (every frame of a time-lapse). Preview: the displayed
@@ -123,5 +123,6 @@ def build_request(layer, geometry: ImageGeometry, *, timelapse: bool, world_poin
         window, offset = preview_window(geometry, radius, plane=plane, view=full_resolution_corners(layer) if view is None else view,
                                         max_plane_pixels=budget, crop_to_view=lazy)
         data = data[window]
-    request = DetectRequest(np.asarray(data), radius, geometry.scale, polarity, blur, offset, 0, preview)
+    request = DetectRequest(np.asarray(data), radius, geometry.scale, polarity, blur, offset, 0, preview,
+                            detector=detector)
     return request, window, frames

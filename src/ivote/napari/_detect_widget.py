@@ -46,6 +46,7 @@ class DetectWidget(DetectForm):
         self.preview_runner = Runner(napari_viewer, self.native, self.status.show, report_cancel=False)
         self.batch.attach()
         self.volume.attach()
+        self.learn_panel.attach()
         self.estimate.attach()
         self._preview_later = qdebounced(self.preview, timeout=DEBOUNCE_MS)
 
@@ -147,7 +148,8 @@ class DetectWidget(DetectForm):
         built = logic.build_request(layer, self._geometry, timelapse=self._timelapse, world_point=self.viewer.dims.point,
                                     radius=self.radius.value, polarity=self.polarity.value,
                                     blur=self.blur.value or None, preview=preview,
-                                    view=layers.visible_pixels(self.viewer, layer) if preview else None)
+                                    view=layers.visible_pixels(self.viewer, layer) if preview else None,
+                                    detector=self.learn_panel.detector)
         request = built[0]
         message = bound.refusal(request.image.shape[:self._geometry.ndim], request.radius, request.spacing,
                                 self._geometry.unit)
@@ -170,7 +172,8 @@ class DetectWidget(DetectForm):
 
     @property
     def busy(self) -> bool:
-        return self.runner.busy or self.preview_runner.busy or self.volume.busy or self.estimate.busy
+        return (self.runner.busy or self.preview_runner.busy or self.volume.busy or self.estimate.busy
+                or self.learn_panel.busy)
 
     def _on_closed(self):
         """The dock was closed: its preview layers go with it (the runners are closed: no late result re-adds them)."""
@@ -294,4 +297,4 @@ class DetectWidget(DetectForm):
         """The current detection settings (for Run on folder and Run on whole volume)."""
         return {"radius": self.radius.value, "polarity": self.polarity.value, "blur": self.blur.value or None,
                 "threshold": self._threshold(), "spacing": None if self._geometry is None else self._geometry.scale,
-                "unit": None if self._geometry is None else self._geometry.unit}
+                "unit": None if self._geometry is None else self._geometry.unit, "detector": self.learn_panel.detector}
