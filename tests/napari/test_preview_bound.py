@@ -42,14 +42,15 @@ def small():
 @pytest.fixture
 def counted_detector(monkeypatch):
     """The real detector, 0.1 s slower per pass, recording how many calls run at once."""
-    real, state, lock = ivote.detect.iterative_voting, {"calls": 0, "running": 0, "most": 0, "passes": 0}, threading.Lock()
+    real, state, lock = ivote.detect.iterative_voting, {"calls": 0, "running": 0, "most": 0, "passes": 0,
+                                                                         "delay": 0.1}, threading.Lock()
 
     def counted(image, **kwargs):
         callback = kwargs.pop("iter_callback")
 
         def slowed(index, n_passes):
             state["passes"] += 1
-            time.sleep(0.1)
+            time.sleep(state["delay"])
             callback(index, n_passes)
 
         with lock:
@@ -135,8 +136,9 @@ def test_a_long_preview_shows_its_progress(make_napari_viewer, detect_widget, sm
     viewer = make_napari_viewer()
     viewer.add_image(small.image, name="cells", scale=small.spacing)
     widget = detect_widget(viewer)
+    counted_detector["delay"] = 0.4  # passes well past the 0.5 s after which the status shows them, on a busy host too
     widget.preview()
-    qtbot.waitUntil(lambda: "preview: pass" in widget.status.value, timeout=3000)
+    qtbot.waitUntil(lambda: "preview: pass" in widget.status.value, timeout=TIMEOUT_MS)
     assert widget.preview_runner.job is not None  # shown while it works, not after
     qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
 
