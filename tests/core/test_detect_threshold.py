@@ -213,3 +213,34 @@ def test_score_gap_rule_leaves_one_class_of_few_nuclei_whole():
     scores = np.append(scores, 8.0)
     value, _ = auto_threshold(scores, np.append(np.full(20, 40.0), 12.0))
     np.testing.assert_array_equal(scores >= value, np.arange(21) < 20)
+
+
+def test_auto_again_on_an_auto_result_keeps_its_points():
+    # two contrast classes: 'auto' raises the contrast floor; the same rule applied again must start from the
+    # floor the detection was asked for, not the raised one (the raised floor gives another score threshold)
+    from dataclasses import replace
+
+    sample = synthetic_nuclei((96, 96), radius=5, seed=4)
+    found = iterative_voting(sample.image, radius=7, threshold="none")
+    rng = np.random.default_rng(0)
+    n = 400
+    contrasts = np.concatenate([rng.lognormal(np.log(4), 0.3, n), rng.lognormal(np.log(40), 0.3, n)])
+    scores = np.concatenate([rng.lognormal(np.log(5), 0.5, n), rng.lognormal(np.log(50), 0.5, n)])
+    order = np.argsort(-scores, kind="stable")
+    candidates = rng.uniform(0, 96, (2 * n, 2))
+    base = replace(found, candidates=candidates, candidate_scores=scores[order], candidate_contrasts=contrasts[order],
+                   requested_min_contrast=found.min_contrast)
+    once = base.with_threshold("auto")
+    assert once.min_contrast > found.min_contrast  # the rule raised the floor
+    twice = once.with_threshold("auto")
+    np.testing.assert_array_equal(twice.points, once.points)
+    assert twice.threshold == once.threshold and twice.min_contrast == once.min_contrast
+    assert once.with_threshold("auto", once.min_contrast).threshold != once.threshold  # what the raised floor gives
+
+
+def test_an_auto_detection_refiltered_with_auto_is_the_same_detection():
+    sample = synthetic_nuclei((128, 128), radius=6, seed=5)
+    found = iterative_voting(sample.image, radius=8)
+    again = found.with_threshold("auto")
+    np.testing.assert_array_equal(again.points, found.points)
+    assert again.requested_min_contrast == found.requested_min_contrast

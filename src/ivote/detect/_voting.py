@@ -57,6 +57,10 @@ class Detections:
     radius_note: str = ""
     """``radius="auto"``: what bounded the estimate (the image, the memory limit) or why it is
     unsure; "" when nothing did (``ivote.detect._radius.auto_radius``)."""
+    requested_min_contrast: float | None = None
+    """The contrast floor asked for, before ``threshold="auto"`` raised it: where
+    :meth:`with_threshold` starts a rule again, so the same rule gives the same points (None: the
+    applied ``min_contrast``)."""
     eligible: np.ndarray | None = field(default=None, repr=False)
     """(M,) bool: the candidates that can be points at any threshold (a learned detector's: not
     beside a more probable one); None: all."""
@@ -83,9 +87,13 @@ class Detections:
 
         ``threshold`` is ``"auto"`` (:func:`auto_threshold`), ``"otsu"`` (Otsu's on every candidate's
         score), ``"reference"`` (:func:`reference_threshold`), ``None``/``"none"`` or a number;
-        ``min_contrast`` a number >= 0 (default: the current one).
+        ``min_contrast`` a number >= 0 (default: the floor the detection was asked for,
+        ``requested_min_contrast``, so ``with_threshold("auto")`` of an ``"auto"`` result is that result).
         """
-        low = self.min_contrast if min_contrast is None else check_positive(min_contrast, "min_contrast", allow_zero=True)
+        if min_contrast is None:
+            low = self.min_contrast if self.requested_min_contrast is None else self.requested_min_contrast
+        else:
+            low = check_positive(min_contrast, "min_contrast", allow_zero=True)
         if self.auto_kept is not None and isinstance(threshold, str) and threshold.strip().lower() == "auto":
             keep = self.auto_kept  # a learned detector's decision
             return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep],
@@ -617,6 +625,7 @@ def iterative_voting(
     candidates = coords.astype(np.float64)
     candidate_scores = values / float(plan.weight_scale)
     vote_field = votes.astype(np.float32) / np.float32(plan.weight_scale) if return_votes else None
+    requested = min_contrast
     value, min_contrast = _resolve_rule(threshold, candidate_scores, contrast, min_contrast)
     keep = (candidate_scores >= value) & (contrast >= min_contrast)
     return Detections(
@@ -634,6 +643,7 @@ def iterative_voting(
         spacing=spacing,
         radius_estimated=radius_estimated,
         radius_note=radius_note,
+        requested_min_contrast=requested,
     )
 
 

@@ -868,12 +868,13 @@ def _suppress(coords, values, contrast, shape, plan):
 def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_passes, backend, spacing, estimated):
     from ..detect._voting import Detections, _resolve_rule
 
+    requested = min_contrast
     value, min_contrast = _resolve_rule(threshold, scores, contrast, min_contrast)  # 'auto' may raise the floor
     keep = (scores >= value) & (contrast >= min_contrast)
     return Detections(points=candidates[keep], scores=scores[keep], threshold=value, candidates=candidates,
                       candidate_scores=scores, candidate_contrasts=contrast, min_contrast=min_contrast,
                       vote_field=None, n_passes=n_passes, backend=backend, radius=plan.radius, spacing=spacing,
-                      radius_estimated=estimated)
+                      radius_estimated=estimated, requested_min_contrast=requested)
 
 
 def _estimate_radius(image, shape, spacing, polarity, backend) -> float:
