@@ -14,7 +14,7 @@ from scipy import ndimage
 
 from .._numba_intrinsics import _empty, _min
 from .._parallel import for_ranges
-from ._cuda import gaussian_taps  # scipy's taps (plain NumPy; _cuda imports no CuPy)
+from ._cuda_tables import gaussian_taps  # scipy's taps (plain NumPy; _cuda_tables imports no CuPy)
 
 __all__ = ["gaussian_blur"]
 
