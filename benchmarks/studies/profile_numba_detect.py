@@ -1,6 +1,6 @@
 """CPU time of the Numba detection by kernel: where a call's time goes.
 
-Wraps ``ivote._parallel.for_ranges`` as ``detect/_numba.py`` sees it and sums
+Wraps ``ivote._parallel.for_ranges`` as ``detect/_numba*.py`` see it and sums
 the process CPU time of each kernel (run with ``NUMBA_NUM_THREADS=1`` for a
 breakdown that a shared machine disturbs least); prints the minimum over
 ``--repeat`` calls after a warm-up (compile, tables). The remainder of the
@@ -22,7 +22,9 @@ import time
 
 import ivote
 from ivote.data import synthetic_nuclei
-from ivote.detect import _numba
+from ivote.detect import _numba, _numba_blur, _numba_cells, _numba_voters
+
+_CALLERS = (_numba, _numba_blur, _numba_cells, _numba_voters)  # the modules that call for_ranges
 
 
 def main(argv=None) -> int:
@@ -45,7 +47,8 @@ def main(argv=None) -> int:
             spent[kernel.__name__] += time.process_time() - t
             calls.append((kernel.__name__, time.process_time() - t))
 
-    _numba.for_ranges = timed
+    for module in _CALLERS:
+        module.for_ranges = timed
     cases = [("2D", (args.side2,) * 2, 12.0, 21), ("3D", (args.side3,) * 3, 8.0, 22)]
     for name, shape, radius, seed in cases:
         image = synthetic_nuclei(shape, radius=radius, seed=seed).image
@@ -68,7 +71,8 @@ def main(argv=None) -> int:
             print(f"  {key:24s} {value:.3f}")
         if args.per_pass:
             _print_passes(fastest_calls)
-    _numba.for_ranges = for_ranges
+    for module in _CALLERS:
+        module.for_ranges = for_ranges
     return 0
 
 

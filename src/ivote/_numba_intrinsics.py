@@ -1,4 +1,4 @@
-"""Numba intrinsics shared by the compiled CPU kernels (``detect/_numba.py``, ``segment/_numba.py``):
+"""Numba intrinsics shared by the compiled CPU kernels (``detect/_numba*.py``, ``segment/_numba*.py``):
 the same code as Numba's ``min``/``max`` and ``np.empty``, emitted in place instead of through their
 overloads, which compile a function of their own per argument type at the first call (measured: a
 tenth of the segmentation kernels' compilation; 0.5 s of the first detection's); and two LLVM

@@ -77,34 +77,34 @@ def test_select_xp(monkeypatch):
 def test_free_gpu_memory_runs_the_release_hooks(monkeypatch):
     """Modules that keep GPU buffers between calls (the detector's CUDA graphs)
     register a hook; free_gpu_memory runs each once, with or without a GPU."""
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda, _cuda_graph
 
     calls = []
     monkeypatch.setattr(_backend, "_release_hooks", list(_backend._release_hooks))
     hook = _backend.on_free_gpu_memory(lambda: calls.append(1))
     assert _backend.on_free_gpu_memory(hook) is hook  # registered once
     assert _cuda.release_graphs in _backend._release_hooks
-    _cuda._graphs_seen["key"] = True
+    _cuda_graph._graphs_seen["key"] = True
     _backend.free_gpu_memory()
-    assert calls == [1] and not _cuda._graphs_seen
+    assert calls == [1] and not _cuda_graph._graphs_seen
 
 
 def test_free_gpu_memory_drops_memoized_tables():
     """The detector's memoized tables and the ConvRBM's twiddle matrices are
     dropped too (on a GPU they are device arrays), and rebuilt on demand."""
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda_tables
     from ivote.features import _spectral
 
     first = _spectral._twiddles((0, 1, 2), 8, 5, -1, np.complex128, np)
     assert _spectral._twiddle_cache
-    with _cuda._cache_lock:
-        _cuda._cache["key"] = (np.zeros(3), 24)
-    _cuda._taps["key"] = np.ones(1)
+    with _cuda_tables._cache_lock:
+        _cuda_tables._cache["key"] = (np.zeros(3), 24)
+    _cuda_tables._taps["key"] = np.ones(1)
     _backend.free_gpu_memory(keep_tables=True)  # between the blocks of a chunked run
-    assert _spectral._twiddle_cache and _cuda._cache and _cuda._taps
+    assert _spectral._twiddle_cache and _cuda_tables._cache and _cuda_tables._taps
     with _backend.pin_gpu_tables():  # a block runs: another thread's release keeps them too
         _backend.free_gpu_memory()
-    assert _spectral._twiddle_cache and _cuda._cache and _cuda._taps
+    assert _spectral._twiddle_cache and _cuda_tables._cache and _cuda_tables._taps
     _backend.free_gpu_memory()
-    assert not _spectral._twiddle_cache and not _cuda._cache and not _cuda._taps
+    assert not _spectral._twiddle_cache and not _cuda_tables._cache and not _cuda_tables._taps
     np.testing.assert_array_equal(_spectral._twiddles((0, 1, 2), 8, 5, -1, np.complex128, np), first)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ivote.detect import _cuda, _reference
+from ivote.detect import _cuda, _cuda_cells, _cuda_kernels, _cuda_tables, _reference
 from ivote.detect._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions
 from ivote.detect._plan import make_plan
 
@@ -190,7 +190,7 @@ def test_pairs_list_starts_16_byte_aligned(shape, last, monkeypatch):
     buffer's (aligned) base whatever the maxima capacity, e.g. size // 64 odd
     (600 x 600: 5625) on a first detection."""
     plan = make_plan(8.0, (1.0,) * len(shape), len(shape))
-    monkeypatch.setattr(_cuda, "_last_counts", {} if last is None else {(shape, plan.radius, plan.spacing): last})
+    monkeypatch.setattr(_cuda_cells, "_last_counts", {} if last is None else {(shape, plan.radius, plan.spacing): last})
     results, maxima, pairs, numerators, residuals = _cuda._results_buffer(shape, plan, np)
     assert (pairs.ctypes.data - results.ctypes.data) % 16 == 0
     assert (maxima.ctypes.data - results.ctypes.data) % 8 == 0 and maxima.shape[1] == 2 and pairs.shape[1] == 4
@@ -211,7 +211,7 @@ def test_blur_taps_survive_a_concurrent_clear(monkeypatch):
             super().__setitem__(key, value)
             self.clear()
 
-    monkeypatch.setattr(_cuda, "_taps", ClearedByAnotherThread())
+    monkeypatch.setattr(_cuda_tables, "_taps", ClearedByAnotherThread())
     taps = _cuda._taps_on_gpu(2.0, _FakeXp())
     np.testing.assert_array_equal(taps, _cuda.gaussian_taps(2.0))
 
@@ -223,7 +223,7 @@ def test_blur_taps_survive_a_concurrent_clear(monkeypatch):
 
     cached = ClearedAfterTheTest()
     dict.__setitem__(cached, (2.0, 0), taps)
-    monkeypatch.setattr(_cuda, "_taps", cached)
+    monkeypatch.setattr(_cuda_tables, "_taps", cached)
     assert _cuda._taps_on_gpu(2.0, _FakeXp()) is taps
 
 
@@ -232,18 +232,18 @@ def test_cached_gpu_arrays_are_complete_before_other_threads_see_them(monkeypatc
     later detections, maybe on another thread's stream: the stream that built
     them is synchronised before they are published."""
     xp = _FakeXp()
-    monkeypatch.setattr(_cuda, "_cache", type(_cuda._cache)())
+    monkeypatch.setattr(_cuda_tables, "_cache", type(_cuda_tables._cache)())
 
     def build():
         xp.cuda.log.append("build")
         return np.zeros(4, dtype=np.int32)
 
-    _cuda._memoized(("test", 0), build, xp)
+    _cuda_tables._memoized(("test", 0), build, xp)
     assert xp.cuda.log == ["build", "synchronize"]
-    _cuda._memoized(("test", 0), build, xp)  # cached: no second build, no wait
+    _cuda_tables._memoized(("test", 0), build, xp)  # cached: no second build, no wait
     assert xp.cuda.log == ["build", "synchronize"]
 
-    monkeypatch.setattr(_cuda, "_taps", {})
+    monkeypatch.setattr(_cuda_tables, "_taps", {})
     xp.cuda.log.clear()
     _cuda._taps_on_gpu(1.5, xp)
     assert xp.cuda.log == ["asarray", "synchronize"]
@@ -266,7 +266,7 @@ def test_pinned_copies_use_few_block_sizes():
     xp = _FakeXp()
     for n in range(1, 20000, 7):
         array = np.arange(n, dtype=np.uint64)
-        host = _cuda._to_pinned_host(_DeviceLike(array), xp)
+        host = _cuda_cells._to_pinned_host(_DeviceLike(array), xp)
         np.testing.assert_array_equal(host, array)
     assert len(set(xp.cuda.pinned_sizes)) <= 7
 
@@ -330,8 +330,8 @@ def test_overflowing_lists_are_found_again_whole(capacity, pair_capacity, monkey
     votes = np.zeros((48, 48), dtype=np.uint32)
     votes[tuple(rng.integers(0, 48, size=(2, 120)))] = rng.integers(1, 4, size=120)
     plan = make_plan(6.5, (1.0, 1.0), 2)
-    monkeypatch.setattr(_cuda, "_ball", lambda plan, xp: pack_offsets(plan.offsets))
-    monkeypatch.setattr(_cuda, "_ring", lambda plan, xp: pack_offsets(bump_ring(plan)))
+    monkeypatch.setattr(_cuda_cells, "_ball", lambda plan, xp: pack_offsets(plan.offsets))
+    monkeypatch.setattr(_cuda_cells, "_ring", lambda plan, xp: pack_offsets(bump_ring(plan)))
     stats = np.zeros(_cuda._N_SLOTS, dtype=np.uint64)
     smoothed = rng.random(votes.shape)
     cells = _cuda._Cells(votes, plan, stats, _emulated_cell_kernels(rng), np, smoothed=smoothed, sign=-1.0)
@@ -486,16 +486,16 @@ def test_graph_reads_only_arrays_it_holds(shape, sigma, monkeypatch):
     xp = _GraphXp()
     plan = make_plan(6.0, (1.0,) * len(shape), len(shape))
     kernels = _RecordingKernels(xp.cuda)
-    monkeypatch.setattr(_cuda, "_functions", {(plan.ndim, "int", 0): kernels})
-    monkeypatch.setattr(_cuda, "_cache", OrderedDict())
-    monkeypatch.setattr(_cuda, "_taps", {})
-    monkeypatch.setattr(_cuda, "_halos", {})
-    monkeypatch.setattr(_cuda, "_shared_limits", {})
-    monkeypatch.setattr(_cuda, "_last_counts", {})
-    monkeypatch.setattr(_cuda, "_to_pinned_host", lambda array, xp: array.copy())
+    monkeypatch.setattr(_cuda_kernels, "_functions", {(plan.ndim, "int", 0): kernels})
+    monkeypatch.setattr(_cuda_tables, "_cache", OrderedDict())
+    monkeypatch.setattr(_cuda_tables, "_taps", {})
+    monkeypatch.setattr(_cuda_tables, "_halos", {})
+    monkeypatch.setattr(_cuda_tables, "_shared_limits", {})
+    monkeypatch.setattr(_cuda_cells, "_last_counts", {})
+    monkeypatch.setattr(_cuda_cells, "_to_pinned_host", lambda array, xp: array.copy())
     rebuilt = [False]
-    memoized = _cuda._memoized
-    monkeypatch.setattr(_cuda, "_memoized", lambda key, build, xp: build() if rebuilt[0] else memoized(key, build, xp))
+    memoized = _cuda_tables._memoized
+    monkeypatch.setattr(_cuda_tables, "_memoized", lambda key, build, xp: build() if rebuilt[0] else memoized(key, build, xp))
     original_init = _cuda._Graphed.__init__
 
     def init(self, *args):

@@ -8,7 +8,7 @@ pytest.importorskip("numba")
 
 from ivote import _backend, _parallel  # noqa: E402
 from ivote.data import synthetic_nuclei  # noqa: E402
-from ivote.detect import _cpu, _numba, _reference, iterative_voting  # noqa: E402
+from ivote.detect import _cpu, _numba, _numba_passes, _numba_voters, _reference, iterative_voting  # noqa: E402
 from ivote.detect._plan import make_plan  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_wide_records_give_the_same_votes(monkeypatch, index):
     plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))
     packed = _numba.run_passes(image.copy(), plan, case["sign"])
     layouts = []
-    monkeypatch.setattr(_numba, "_record_layout", lambda *args: layouts.append(args) or np.uint64)
+    monkeypatch.setattr(_numba_voters, "_record_layout", lambda *args: layouts.append(args) or np.uint64)
     np.testing.assert_array_equal(_numba.run_passes(image.copy(), plan, case["sign"]), packed)
     assert len(layouts) == 1 and packed.sum() > 0
 
@@ -409,7 +409,7 @@ def fresh_entries():
 def test_numba_passes_as_runs_or_pixel_pairs_equal_numpy(monkeypatch, fresh_entries, direct_below, index):
     """Every pass voted as marks of runs (``_DIRECT_BELOW`` 0) or as pixels added in pairs
     (infinite): the same field as the NumPy path."""
-    monkeypatch.setattr(_numba, "_DIRECT_BELOW", direct_below)
+    monkeypatch.setattr(_numba_passes, "_DIRECT_BELOW", direct_below)
     case = PASS_CASES[index]
     image = _smoothed(case, seed=80 + index)
     plan = make_plan(case["radius"], case["spacing"], len(case["shape"]))

@@ -217,21 +217,21 @@ def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
     """A detection sizes its lists of maxima and pairs from the last one of the same
     shape; a busier image overflows them and is re-run. Either way, and with the
     statistics copied first (large lists), the cells are those of a fresh call."""
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda_cells, _cuda_graph
 
     yy, xx = np.mgrid[:256, :256]
     quiet = np.exp(-((yy - 128.0) ** 2 + (xx - 100.0) ** 2) / 50.0)  # one cell
     busy = np.random.default_rng(2).random((256, 256))
     kwargs = dict(radius=8, backend="cupy", threshold=None)
-    monkeypatch.setattr(_cuda, "_MIN_LIST", 16)
-    _cuda._last_counts.clear()
+    monkeypatch.setattr(_cuda_cells, "_MIN_LIST", 16)
+    _cuda_cells._last_counts.clear()
     assert len(iterative_voting(quiet, **kwargs).candidates) < 10
     after_quiet = iterative_voting(busy, **kwargs)  # lists of 16: too small
-    _cuda._last_counts.clear()
+    _cuda_cells._last_counts.clear()
     fresh = iterative_voting(busy, **kwargs)
-    n_maxima, n_pairs = _cuda._last_counts[((256, 256), 8.0, (1.0, 1.0))]
-    monkeypatch.setattr(_cuda, "_ONE_TRANSFER_BYTES", 0)
-    _cuda._last_counts.clear()
+    n_maxima, n_pairs = _cuda_cells._last_counts[((256, 256), 8.0, (1.0, 1.0))]
+    monkeypatch.setattr(_cuda_cells, "_ONE_TRANSFER_BYTES", 0)
+    _cuda_cells._last_counts.clear()
     statistics_first = iterative_voting(busy, **kwargs)
     assert n_maxima > 16 and n_pairs > 16  # both lists overflowed after the quiet image
     for found in (after_quiet, statistics_first):
@@ -239,11 +239,11 @@ def test_gpu_lists_sized_from_the_last_call_grow_when_needed(monkeypatch):
         np.testing.assert_array_equal(found.candidate_scores, fresh.candidate_scores)
     # the same with the plain path (return_votes: no CUDA graph) overflowing
     _backend.free_gpu_memory()
-    monkeypatch.setattr(_cuda, "_ONE_TRANSFER_BYTES", 1 << 20)
-    _cuda._last_counts.clear()
+    monkeypatch.setattr(_cuda_cells, "_ONE_TRANSFER_BYTES", 1 << 20)
+    _cuda_cells._last_counts.clear()
     iterative_voting(quiet, return_votes=True, **kwargs)
     plain = iterative_voting(busy, return_votes=True, **kwargs)
-    assert not _cuda._graphs
+    assert not _cuda_graph._graphs
     np.testing.assert_array_equal(plain.candidates, fresh.candidates)
     np.testing.assert_array_equal(plain.candidate_scores, fresh.candidate_scores)
 
@@ -264,7 +264,7 @@ def test_gpu_repeated_detections_replay_a_graph(case, dtype):
     cells of the plain path (return_votes), and free_gpu_memory drops the graph."""
     import cupy as cp
 
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda_graph, _cuda_tables
 
     sample, polarity = _sample(case)
     kwargs = dict(radius=sample.radius, spacing=sample.spacing, polarity=polarity, backend="cupy")
@@ -280,9 +280,9 @@ def test_gpu_repeated_detections_replay_a_graph(case, dtype):
     for round_ in range(3):
         for view, plain in zip(views, expected):
             _same_detections(iterative_voting(view, **kwargs), plain)
-    assert len(_cuda._graphs) >= 1 and _cuda._cache and _cuda._taps
+    assert len(_cuda_graph._graphs) >= 1 and _cuda_tables._cache and _cuda_tables._taps
     _backend.free_gpu_memory()
-    assert not _cuda._graphs and not _cuda._cache and not _cuda._taps  # memoized tables dropped too
+    assert not _cuda_graph._graphs and not _cuda_tables._cache and not _cuda_tables._taps  # memoized tables dropped too
     _same_detections(iterative_voting(views[0], **kwargs), expected[0])  # rebuilt on demand
 
 
@@ -319,13 +319,13 @@ def test_gpu_first_detection_with_an_odd_maxima_capacity():
     """600 x 600 sizes a first detection's list of maxima at size // 64 = 5625
     (odd) entries of 8 bytes; the list of pairs after it is written as uint4 and
     must still start 16-byte aligned (else: CUDA 'misaligned address')."""
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda_cells
 
     sample = synthetic_nuclei((600, 600), radius=8.0, seed=27)
-    _cuda._last_counts.clear()
+    _cuda_cells._last_counts.clear()
     kwargs = dict(radius=8.0, threshold=None)
     gpu = iterative_voting(sample.image, backend="cupy", **kwargs)
-    n_maxima, n_pairs = _cuda._last_counts[((600, 600), 8.0, (1.0, 1.0))]
+    n_maxima, n_pairs = _cuda_cells._last_counts[((600, 600), 8.0, (1.0, 1.0))]
     assert n_pairs > 0 and (600 * 600) // 64 % 2 == 1
     reference = iterative_voting(sample.image, backend="numpy", **kwargs)
     assert_same_cells(reference, gpu, None)
@@ -431,7 +431,7 @@ def test_gpu_graph_survives_emptied_caches():
     arrays, changes no cell of the next replays."""
     import cupy as cp
 
-    from ivote.detect import _cuda
+    from ivote.detect import _cuda_graph, _cuda_tables
 
     sample, _ = _sample("2d")
     image = cp.asarray(sample.image)
@@ -440,15 +440,15 @@ def test_gpu_graph_survives_emptied_caches():
     expected = iterative_voting(image, return_votes=True, **kwargs)
     iterative_voting(image, **kwargs)  # seen once
     _same_detections(iterative_voting(image, **kwargs), expected)  # captured and replayed
-    assert len(_cuda._graphs) == 1
-    with _cuda._cache_lock:
-        _cuda._cache.clear()
-    _cuda._taps.clear()
+    assert len(_cuda_graph._graphs) == 1
+    with _cuda_tables._cache_lock:
+        _cuda_tables._cache.clear()
+    _cuda_tables._taps.clear()
     cp.get_default_memory_pool().free_all_blocks()
     junk = cp.full(2**24, cp.nan)  # takes freed device memory
     for _ in range(2):
         _same_detections(iterative_voting(image, **kwargs), expected)
-    assert len(_cuda._graphs) == 1
+    assert len(_cuda_graph._graphs) == 1
     del junk
     _backend.free_gpu_memory()
 

@@ -26,13 +26,19 @@ becomes stride 1 after space-to-depth (``s**ndim`` channels). Only the nonlinear
 biases are applied in the spatial domain: four batched FFTs of ``n_filters``
 maps per image and CD-1 step. Gradients are summed as spectra over a
 mini-batch and cut back to the filter size once per mini-batch.
+
+The module is over 600 lines because it is one class: training, the transform, the
+detection input, the memory estimate and the file round trip all read the same fitted
+arrays and per-shape geometry, and a class split across modules would scatter one
+model's state. What stands apart lives apart: the sizes of one image shape
+(``_convrbm_geometry.py``), the model file's format and checks (``_convrbm_file.py``),
+the spectral products (``_spectral.py``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
@@ -42,72 +48,17 @@ import numpy as np
 from .._backend import default_xp, gpu_memory_guard, ndimage_module, to_device, to_host
 from .._typing import Array, ArrayLike, Callback
 from .._validate import check_image, check_positive
-from ..errors import InputFileError, IvoteError, TrainingDivergedError
+from ..errors import IvoteError, TrainingDivergedError
+from ._convrbm_file import read_model, write_model
+from ._convrbm_geometry import _Geometry
 from ._grayscale import as_grayscale
-from ._space_to_depth import depth_to_space, fft_size, space_to_depth
+from ._space_to_depth import depth_to_space, space_to_depth
 from ._spectral import (accumulate_gradient, cropped_irfftn, fastest_fft_shape, hidden_spectrum, irfftn, noisy_relu,
                         rfftn, taps_rfftn, visible_spectrum)
 
 __all__ = ["ConvRBM"]
 
-_FORMAT = "ivote-convrbm-1"
 _DETECTION_SOURCES = ("reconstruction", "nucleus_map", "principal_component")
-
-
-@dataclass(frozen=True)
-class _Geometry:
-    """Sizes of one image shape: pixels, blocks (after space-to-depth), hidden extent, FFT shape."""
-
-    shape: tuple  # image, pixels
-    stride: int
-    filter_shape: tuple  # pixels
-    blocks: tuple  # depth-domain visible extent, ceil(shape / stride)
-    filter_blocks: tuple  # ceil(filter_shape / stride)
-    centre: tuple  # r: filter offset in blocks
-    fft_shape: tuple
-    hidden: tuple  # hidden extent in blocks: ``blocks`` ('same') or ``blocks - filter_blocks + 1`` ('valid')
-
-    @classmethod
-    def of(cls, shape, stride, filter_shape, choose_fft_shape=None, extent="same"):
-        """``choose_fft_shape(minimum_shape)`` picks the FFT shape (default: smallest 5-smooth).
-
-        ``extent='same'``: a hidden unit on every block, the filter centred on
-        it; the FFT shape must hold the hidden extent plus the filter's reach
-        on either side. ``extent='valid'``: hidden units only where the whole
-        filter lies inside the image, the filter starting at the unit
-        (``r = 0``); no product of a valid correlation, of its transpose or of
-        the weight statistics wraps around at the image's own size, so the FFT
-        shape is the visible extent itself.
-        """
-        blocks = tuple(-(-n // stride) for n in shape)
-        filter_blocks = tuple(-(-k // stride) for k in filter_shape)
-        if extent == "valid":
-            centre = (0,) * len(blocks)
-            hidden = tuple(n - k + 1 for n, k in zip(blocks, filter_blocks))
-            if min(hidden) < 1:
-                raise ValueError(f"hidden_extent='valid' needs images (or patches) at least as large as the filters "
-                                 f"{tuple(filter_shape)}; got shape {tuple(shape)}")
-            minimum = blocks
-        else:
-            centre = tuple((k - 1) // 2 for k in filter_blocks)
-            hidden = blocks
-            # no wrap-around: the hidden and visible extents plus the filter's reach on either side
-            minimum = tuple(n + max(r, k - 1 - r) for n, k, r in zip(blocks, filter_blocks, centre))
-        fft_shape = choose_fft_shape(minimum) if choose_fft_shape else tuple(fft_size(n) for n in minimum)
-        return cls(tuple(shape), stride, tuple(filter_shape), blocks, filter_blocks, centre, tuple(fft_shape),
-                   hidden)
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def n_channels(self):
-        return self.stride**self.ndim
-
-    @property
-    def freq_shape(self):
-        return self.fft_shape[:-1] + (self.fft_shape[-1] // 2 + 1,)
 
 
 def _standardise(image, xp, dtype):
@@ -119,31 +70,6 @@ def _standardise(image, xp, dtype):
     std = float(image.std())
     mean = float(image.mean())
     return (image - mean) / (std if std > 0 else 1.0), mean, std if std > 0 else 1.0
-
-
-_MODEL_KEYS = ("filters", "hidden_bias", "visible_bias", "stride", "seed", "init_scale")
-
-
-def _model_problem(arrays) -> str | None:
-    """What is wrong with a loaded model's parameters, or None."""
-    filters, hidden_bias = arrays["filters"], arrays["hidden_bias"]
-    if filters.dtype not in (np.float32, np.float64) or filters.ndim not in (3, 4) or filters.shape[0] < 1:
-        return (f"filters must be a float32/float64 array (n_filters, *2 or 3 sizes); got {filters.dtype} "
-                f"of shape {filters.shape}")
-    if hidden_bias.shape != filters.shape[:1]:
-        return f"hidden_bias must have one value per filter ({filters.shape[0]}); got shape {hidden_bias.shape}"
-    for name in ("filters", "hidden_bias", "visible_bias"):
-        values = arrays[name]
-        if values.dtype.kind not in "fiu" or not np.isfinite(values).all():
-            return f"its {name} hold NaN, infinite or non-numeric values (a diverged or damaged training)"
-    for name in ("stride", "seed", "init_scale"):
-        if arrays[name].shape != () or arrays[name].dtype.kind not in "fiu":
-            return f"{name} must be a single number; got {arrays[name]!r}"
-    if int(arrays["stride"]) not in (1, 2, 4):
-        return f"stride must be 1, 2 or 4; got {arrays['stride']}"
-    if "hidden_extent" in arrays and str(arrays["hidden_extent"]) not in ("valid", "same"):
-        return f"hidden_extent must be 'valid' or 'same'; got {arrays['hidden_extent']}"
-    return None
 
 
 class ConvRBM:
@@ -692,9 +618,8 @@ class ConvRBM:
         return Path(path)
 
     def _savez(self, handle):
-        np.savez(
+        write_model(
             handle,
-            format=np.array(_FORMAT),
             filters=to_host(self.filters_),
             hidden_bias=to_host(self.hidden_bias_),
             visible_bias=np.array(self.visible_bias_, dtype=np.float64),
@@ -714,34 +639,8 @@ class ConvRBM:
         naming the file for anything else: not a model, truncated, incomplete,
         holding NaN or inconsistent parameters.
         """
-        from ..io import check_input_file
-
-        check_input_file(path, "model file")
-        try:
-            archive = np.load(path, allow_pickle=False)
-        except MemoryError:
-            raise
-        except Exception as exc:  # not an .npz, truncated, or one holding pickled objects
-            raise InputFileError(f"{path} is not a napari-ivote ConvRBM model (an .npz from 'ivote features fit'); "
-                                 f"reading it failed with {type(exc).__name__}") from exc
-        try:
-            with archive as data:
-                if "format" not in data or str(data["format"]) != _FORMAT:
-                    raise InputFileError(f"{path} is not a napari-ivote ConvRBM model ({_FORMAT})")
-                missing = [k for k in _MODEL_KEYS if k not in data]
-                if missing:
-                    raise InputFileError(f"{path} is an incomplete ConvRBM model (no {', '.join(missing)}); "
-                                         "write it again with 'ivote features fit'")
-                arrays = {k: data[k] for k in data.files}
-        except (InputFileError, MemoryError):
-            raise
-        except Exception as exc:  # a member cut short or damaged
-            raise InputFileError(f"{path} is a damaged ConvRBM model ({type(exc).__name__}: {exc}); write it again "
-                                 "with 'ivote features fit'") from exc
+        arrays = read_model(path)
         filters, hidden_bias = arrays["filters"], arrays["hidden_bias"]
-        problem = _model_problem(arrays)
-        if problem:
-            raise InputFileError(f"{path}: {problem}; write the model again with 'ivote features fit'")
         model = cls(filters.shape[0], filters.shape[1:], stride=int(arrays["stride"]), seed=int(arrays["seed"]),
                     dtype=filters.dtype, xp=xp, init_scale=float(arrays["init_scale"]),
                     # models saved before the option existed were trained with 'same'

@@ -35,11 +35,15 @@ compiles its bounds handling); scratch is 1D and allocated by the intrinsic :fun
 cost 0.1-0.25 s of compilation in a kernel). Five compilations in all (four kernels called
 from Python and :func:`_measure_box`, which has no Python wrapper); each has one signature
 whatever the input (see ``tests/core/test_segment_numba.py``).
+
+Where each part lives: the float32 constants and smooth functions in
+``_numba_float32.py``, the reinitialisation in ``_numba_distances.py``; here the
+iteration, the canvas, the prior and :class:`NumbaStepper`. Every compiled function
+is importable from here too (one namespace that lists them: ``ivote._compile``'s
+tests read it).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from numba import njit
@@ -48,68 +52,12 @@ from .._backend import numba_lock
 from .._compile import compile_ahead_once
 from .._numba_intrinsics import _empty, _max, _min
 from .._parallel import for_ranges
+from ._numba_distances import _envelope, _measure_box, _reinitialise  # noqa: F401
+from ._numba_float32 import (_CONTRAST_FLOOR, _CONTRAST_MIN, _FAST, _G2_EPS, _ONE, _TWO, _ZERO, F32,  # noqa: F401
+                             _atan, _heaviside, _heaviside_compact, _inline, _sinpi, _valid_x)
 from ._shape_prior import poses_from_moments
 
 __all__ = ["NumbaStepper"]
-
-F32 = np.float32
-_ZERO, _HALF, _ONE, _TWO = F32(0.0), F32(0.5), F32(1.0), F32(2.0)
-_PI = F32(np.pi)
-_INV_PI = F32(1.0 / np.pi)
-_PI_2, _PI_4 = F32(np.pi / 2), F32(np.pi / 4)
-_TAN_PI_8 = F32(0.4142135623730950)
-_G2_EPS = F32(1e-6)
-_CONTRAST_MIN = F32(0.0025)
-_CONTRAST_FLOOR = F32(0.05)  # c_in >= c_out + 0.05: nuclei are brighter than their surroundings (_reference)
-_EDT_INF = 1e30
-# reassociation lets the row loops (and their sums) vectorise; results differ from the
-# reference by rounding only, as the CUDA kernels' do
-_FAST = {"nsz", "arcp", "contract", "reassoc"}
-_inline = njit(inline="always", error_model="numpy")
-"""Helpers of one kernel: inlined into it by Numba (their caller's fastmath applies), not compiled apart."""
-
-
-# -- the smooth functions of levelset.cu (float32) ------------------------------------------------
-@_inline
-def _atan(x):
-    """arctan in float32 (Cephes' atanf: |x| > 1 folds to pi/2 - atan(1/|x|), above tan(pi/8) to
-    pi/4 + atan((b - 1)/(b + 1)), then a degree-9 odd polynomial; within 2e-7 of arctan).
-    Selects, not branches, and error_model="numpy" (no zero-division checks) keep the loops
-    that call it vectorised."""
-    a = abs(x)
-    flip = a > _ONE
-    b = _min(a, _ONE / _max(a, F32(1e-30)))
-    mid = b > _TAN_PI_8
-    numerator = b - _ONE if mid else b
-    denominator = b + _ONE if mid else _ONE
-    reduced = numerator / denominator
-    z = reduced * reduced
-    y = ((((F32(8.05374449538e-2) * z - F32(1.38776856032e-1)) * z + F32(1.99777106478e-1)) * z
-          - F32(3.33329491539e-1)) * z * reduced + reduced) + (_PI_4 if mid else _ZERO)
-    y = _PI_2 - y if flip else y
-    return math.copysign(y, x)
-
-
-@_inline
-def _sinpi(u):
-    """sin(pi u) for |u| <= 1 in float32 (Taylor series to degree 13 on [0, pi/2])."""
-    a = abs(u)
-    r = _min(a, _ONE - a) * _PI
-    r2 = r * r
-    s = r * (_ONE + r2 * (F32(-1 / 6) + r2 * (F32(1 / 120) + r2 * (F32(-1 / 5040) + r2 * (
-        F32(1 / 362880) + r2 * (F32(-1 / 39916800) + r2 * F32(1 / 6227020800)))))))
-    return math.copysign(s, u)
-
-
-@_inline
-def _heaviside(phi, inv_eps):
-    return _HALF + _atan(phi * inv_eps) * _INV_PI
-
-
-@_inline
-def _heaviside_compact(phi, inv_eps):
-    u = _min(_max(phi * inv_eps, -_ONE), _ONE)  # u = +-1 gives exactly 1 and 0
-    return _HALF * (_ONE + u + _sinpi(u) * _INV_PI)
 
 
 @_inline
@@ -161,12 +109,6 @@ def _plane(dst, src, image, psi, overlap, start, stop, bx, plane, k, coef):
         num = pzz * (g2 - pz * pz) + pyy * (g2 - py * py) + pxx * (g2 - px * px)
         num = num - _TWO * pz * py * pzy - _TWO * pz * px * pzx - _TWO * py * px * pyx
         dst[c] = _next(v, g2, num, image[c], psi[c], overlap[c], k)
-
-
-@_inline
-def _valid_x(origin_x, bx, ix):
-    """The box's x range [lo, hi) inside the image."""
-    return _max(0, -origin_x), _min(bx, ix - origin_x)
 
 
 @_inline
@@ -285,175 +227,6 @@ def _line_lists(origins, box, image):
     start = np.zeros(iz * iy + 1, dtype=np.int64)
     np.cumsum(np.bincount(lines, minlength=iz * iy), out=start[1:])
     return start, objects[order].astype(np.int64)
-
-
-# -- reinitialisation: exact distance transforms per box ------------------------------------------
-@_inline
-def _envelope(f, n, h, out, v, bounds):
-    """out[q] = min_p f[p] + ((q - p) h)^2 over the sites p with finite f (Felzenszwalb &
-    Huttenlocher's lower envelope of parabolas), all float64; _EDT_INF where no site is."""
-    k = -1
-    h2 = h * h
-    for q in range(n):
-        if f[q] >= _EDT_INF:
-            continue
-        if k < 0:
-            k = 0
-            v[0] = q
-            bounds[0] = -np.inf
-            bounds[1] = np.inf
-            continue
-        while True:
-            p = v[k]
-            s = ((f[q] + h2 * q * q) - (f[p] + h2 * p * p)) / (2.0 * h2 * (q - p))
-            if s <= bounds[k]:
-                k -= 1
-                if k < 0:
-                    break
-            else:
-                break
-        k += 1
-        v[k] = q
-        bounds[k] = s if k > 0 else -np.inf
-        bounds[k + 1] = np.inf
-    if k < 0:
-        for q in range(n):
-            out[q] = _EDT_INF
-        return
-    k = 0
-    for q in range(n):
-        while bounds[k + 1] < q:
-            k += 1
-        d = (q - v[k]) * h
-        out[q] = d * d + f[v[k]]
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, no_cpython_wrapper=True, error_model="numpy")
-def _measure_box(inside, box, spacing, moments, distances, g, f, result, sites, bounds):
-    """Of the inside cells of one flattened box of shape ``box`` (in the image, phi > 0): their
-    moments, the sums of [1, r_j, r_j r_k (j <= k)] with r the box-centred physical position
-    (z, y, x; 2D boxes use y, x), float64, into ``moments`` (m,), for the shape prior's fit; then
-    (``distances``) the squared physical distances: g[:cells] from inside cells to the nearest
-    outside cell, g[cells:] from outside cells to the nearest inside cell (0 on the cells of the
-    other kind, _EDT_INF when there is none): the lower envelope along x, then y, then z, through
-    one line loop (strided lines of the flattened box; one envelope to compile). f, result,
-    sites, bounds: scratch of the longest side (+1). Without fastmath (unlike its caller): its
-    float64 sums and envelopes are neither reassociated nor contracted; called from
-    :func:`_reinitialise` only, so without a Python wrapper (one less to compile)."""
-    bz, by, bx = box[0], box[1], box[2]
-    cells = bz * by * bx
-    m = moments.shape[0]
-    ndim = 3 if m == 10 else 2  # m = 1 + ndim + ndim (ndim + 1) / 2
-    for j in range(m):
-        moments[j] = 0.0
-    for z in range(bz):
-        for y in range(by):
-            row = (z * by + y) * bx
-            for x in range(bx):
-                if not inside[row + x]:
-                    continue
-                r = ((z - 0.5 * (bz - 1)) * spacing[0], (y - 0.5 * (by - 1)) * spacing[1],
-                     (x - 0.5 * (bx - 1)) * spacing[2])
-                moments[0] += 1.0
-                col = 1 + ndim
-                for j in range(ndim):
-                    rj = r[3 - ndim + j]
-                    moments[1 + j] += rj
-                    for k in range(j, ndim):
-                        moments[col] += rj * r[3 - ndim + k]
-                        col += 1
-    if not distances:
-        return
-    for kind in range(2):
-        offset = kind * cells
-        for c in range(cells):
-            g[offset + c] = _EDT_INF if inside[c] == (kind == 0) else 0.0
-        for axis in range(2, -1, -1):  # x, y, z: the order of the sums of squares
-            length = bx if axis == 2 else (by if axis == 1 else bz)
-            stride = 1 if axis == 2 else (bx if axis == 1 else by * bx)
-            if length == 1:
-                continue
-            for line in range(cells // length):
-                base = offset + (line // stride) * stride * length + line % stride
-                for i in range(length):
-                    f[i] = g[base + i * stride]
-                _envelope(f, length, spacing[axis], result, sites, bounds)
-                for i in range(length):
-                    g[base + i * stride] = result[i]
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=_FAST, error_model="numpy")
-def _reinitialise(first, last, phi, origins, box, image_shape, spacing, clip, out, any_inside, moments, distances):
-    """Exact signed distance to the current fronts in boxes first..last (as _reference.reinitialise):
-    inside cells d_in - 1/2, outside -(_min(d_out, clip) - 1/2), cells with an axis neighbour
-    (edge-replicated) on the other side keep their sub-pixel position phi / |grad phi|; and the
-    moments of the inside cells (:func:`_measure_box`), which are those of ``out`` too (its
-    positive cells in the image), for the next fit. ``distances`` False: the moments only.
-    phi, out: (N, cells) float32, boxes of shape ``box`` flattened; moments (N, m) float64."""
-    cells = phi.shape[1]
-    bz, by, bx = box[0], box[1], box[2]
-    iz, iy, ix = image_shape[0], image_shape[1], image_shape[2]
-    three_d = bz > 1
-    clip32 = F32(clip)
-    step = (F32(2.0 * spacing[0]), F32(2.0 * spacing[1]), F32(2.0 * spacing[2]))
-    inside = _empty(cells, np.bool_)  # one box at a time
-    g = _empty(2 * cells, np.float64)
-    longest = _max(_max(bx, by), bz)
-    f = _empty(longest, np.float64)
-    result = _empty(longest, np.float64)
-    sites = _empty(longest, np.int64)
-    bounds = _empty(longest + 1, np.float64)
-    for obj in range(first, last):
-        oz, oy, ox = origins[obj, 0], origins[obj, 1], origins[obj, 2]
-        box_phi = phi[obj]
-        for c in range(cells):
-            inside[c] = False
-        found = False
-        lo, hi = _valid_x(ox, bx, ix)
-        for z in range(bz):
-            for y in range(by):
-                if oz + z < 0 or oz + z >= iz or oy + y < 0 or oy + y >= iy:
-                    continue
-                row = (z * by + y) * bx
-                for x in range(lo, hi):
-                    if box_phi[row + x] > _ZERO:
-                        inside[row + x] = True
-                        found = True
-        any_inside[obj] = found
-        _measure_box(inside, box, spacing, moments[obj], distances, g, f, result, sites, bounds)
-        if not distances:
-            continue
-        target = out[obj]
-        for z in range(bz):
-            zl, zh = _max(z - 1, 0), _min(z + 1, bz - 1)
-            for y in range(by):
-                yl, yh = _max(y - 1, 0), _min(y + 1, by - 1)
-                row = (z * by + y) * bx
-                north, south = (z * by + yl) * bx, (z * by + yh) * bx
-                down, up = (zl * by + y) * bx, (zh * by + y) * bx
-                for x in range(bx):
-                    xl, xh = _max(x - 1, 0), _min(x + 1, bx - 1)
-                    c = row + x
-                    me = inside[c]
-                    value = box_phi[c]
-                    if me:
-                        sdf = F32(np.sqrt(g[c])) - _HALF
-                    else:
-                        sdf = -(_min(F32(np.sqrt(g[cells + c])), clip32) - _HALF)
-                    gx = (box_phi[row + xh] - box_phi[row + xl]) / step[2]
-                    gy = (box_phi[south + x] - box_phi[north + x]) / step[1]
-                    grad2 = gy * gy + gx * gx
-                    near = (inside[row + xl] != me or inside[row + xh] != me
-                            or inside[north + x] != me or inside[south + x] != me)
-                    if three_d:
-                        gz = (box_phi[up + x] - box_phi[down + x]) / step[0]
-                        grad2 = gz * gz + grad2
-                        near = near or inside[down + x] != me or inside[up + x] != me
-                    if near:
-                        sub = _min(_max(value / _max(np.sqrt(grad2), F32(0.1)), -_ONE), _ONE)
-                        target[c] = _max(sub, F32(1e-3)) if me else _min(sub, F32(-1e-3))
-                    else:
-                        target[c] = sdf
 
 
 # -- the shape prior -------------------------------------------------------------------------------
