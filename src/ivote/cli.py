@@ -95,7 +95,7 @@ def _cmd_demo(args) -> int:
             f"  {name}: {'x'.join(map(str, s.image.shape))} pixels, spacing {s.spacing} um, "
             f"{len(s.centers)} true nuclei -> {name}.tif, {name}_labels.tif, {name}_centers.csv"
         )
-    from .napari._demo_tool import start_screenshot_demo  # imports no napari; runs it in a subprocess
+    from .napari._demo import start_screenshot_demo  # imports no napari; runs it in a subprocess
 
     # napari starts in its own process (seconds of imports) while the stages run here
     with start_screenshot_demo(s2, out_dir) as screenshot:  # a stage that raises stops it

@@ -1,4 +1,4 @@
-"""The napari step of ``ivote demo`` (``tools/demo_screenshot.py``) says why it skips (the full run is exercised
+"""The napari step of ``ivote demo`` (``ivote.napari._demo``) says why it skips (the full run is exercised
 by ``ivote demo``)."""
 
 from __future__ import annotations
@@ -11,11 +11,7 @@ import time
 import pytest
 
 from ivote.data import synthetic_nuclei
-from ivote.napari import _demo_tool
-
-_demo_screenshot = _demo_tool.load_tool()  # tools/demo_screenshot.py
-if _demo_screenshot is None:
-    pytest.skip("tools/demo_screenshot.py is not beside this installation", allow_module_level=True)
+from ivote.napari import _demo as _demo_screenshot
 
 
 def _sample():
@@ -136,8 +132,11 @@ def test_a_subprocess_past_its_time_is_stopped_with_what_it_started(monkeypatch,
     assert _ended(pid)
 
 
-def test_the_demo_step_skips_without_the_source_tree(monkeypatch, tmp_path):
-    monkeypatch.setattr(_demo_tool, "load_tool", lambda: None)
-    with _demo_tool.start_screenshot_demo(_sample(), tmp_path) as step:
-        [line] = step.result()
-    assert line.startswith("napari screenshot: skipped") and "tools/demo_screenshot.py" in line
+def test_the_demo_step_comes_with_the_package_and_the_guide_tool_reuses_it():
+    # `ivote demo` from a pip install has its napari step; the user guide's tool imports the same helpers
+    from pathlib import Path
+
+    assert Path(_demo_screenshot.__file__).parent.name == "napari"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "demo_screenshot.py"
+    if tool.is_file():
+        assert "from ivote.napari._demo import" in tool.read_text()
