@@ -217,7 +217,7 @@ def test_ivote_debug_shows_the_traceback(monkeypatch, tmp_path, image_tif):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["detect", "IMG"], "the following arguments are required: --radius"),
+        (["detect", "IMG"], "one of the arguments --out --out-dir is required"),  # --radius: optional with --detector
         (["detect", "IMG", "--radius", "4"], "one of the arguments --out --out-dir is required"),
         (["detect", "IMG", "--radius", "abc", "--out", "p.csv"], "argument --radius: must be a positive number or 'auto'; got 'abc'"),
         (["segment", "IMG", "--points", "p.csv", "--radius", "4", "--iterations", "2.5", "--out", "l.tif"],
