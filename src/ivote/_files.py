@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ._slides import SLIDE_SUFFIXES, is_tiled, slide_levels, slide_spacing
 from ._typing import ArrayLike
 from ._units import to_micrometres
 
@@ -334,7 +335,7 @@ def _open_raw(path: Path, scene) -> _Raw:
     name = path.name.lower()
     if path.is_dir() or name.endswith(".zarr"):
         raw = _open_zarr(path, scene)
-    elif name.endswith(TIFF_SUFFIXES):
+    elif name.endswith(TIFF_SUFFIXES + SLIDE_SUFFIXES):
         raw = _open_tiff(path, scene)
     elif name.endswith(PLAIN_SUFFIXES):
         raw = _open_plain(path, scene)
@@ -377,6 +378,7 @@ def _open_tiff(path: Path, scene) -> _Raw:
         s = series[index]
         stored_axes, shape, dtype = s.axes, tuple(s.shape), s.dtype
         page = s.pages[0] if s.pages else tif.pages[0]
+        tiled = is_tiled(s)  # a whole slide or other tiled image: read tile by tile (ivote._slides)
         spacing, names, interval, origin = {}, None, None, {}
         three_from_json = False
         if is_ome:
@@ -406,7 +408,9 @@ def _open_tiff(path: Path, scene) -> _Raw:
         axes = "".join(a if a in "YXS" else "?" for a in axes)
         if axes.endswith("S"):
             axes_from = "TIFF photometric tag"
-    data = _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
+    if tiled and not spacing:
+        spacing = slide_spacing(path, index)
+    data = slide_levels(path, index)[0] if tiled else _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
     return _Raw(data, axes, axes_from, spacing, scenes, scenes[index], names, interval, three_from_json,
                 origin=origin)
 

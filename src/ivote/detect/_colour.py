@@ -102,7 +102,11 @@ def stain_vectors(rgb: ArrayLike | Array, *, min_density: float = _MACENKO_MIN_D
     unit = _unit_rgb(rgb, xp)
     flat = unit.reshape(-1, 3)
     step = max(1, flat.shape[0] // _MACENKO_SAMPLE)
-    density = to_host(_optical_density(flat[::step], xp))
+    return _fit_stain_vectors(to_host(_optical_density(flat[::step], xp)), min_density, percentile)
+
+
+def _fit_stain_vectors(density, min_density, percentile) -> np.ndarray:
+    """Macenko's fit on sampled optical densities (N, 3): see :func:`stain_vectors`."""
     stained = density[np.linalg.norm(density, axis=1) >= min_density]
     if len(stained) < 100:
         return _RUIFROK_HE.copy()
