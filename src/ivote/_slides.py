@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK", "SLIDE_SUFFIXES", "is_tiled", "slide_levels", "slide_spacing"]
+__all__ = ["CHUNK", "SLIDE_SUFFIXES", "TiffLevel", "is_tiled", "slide_levels", "slide_spacing"]
 
 SLIDE_SUFFIXES = (".svs", ".ndpi")
 #: target chunk side of the Dask arrays, in pixels: a whole number of tiles
@@ -55,9 +55,8 @@ def slide_levels(path, series_index: int = 0) -> list:
     -------
     list of dask.array.Array
         One per level, in the series' stored axes (``YXS`` for RGB), chunked by
-        whole tiles. The file stays open while the arrays are referenced; reads
-        from several threads take turns on the file (one lock) and decode in
-        parallel.
+        whole tiles (:class:`TiffLevel`). Reads from several threads take turns
+        on the file (one lock per level) and decode in parallel.
 
     Examples
     --------
@@ -72,21 +71,55 @@ def slide_levels(path, series_index: int = 0) -> list:
     """
     import dask.array as da
     import tifffile
-    import zarr
 
-    tif = tifffile.TiffFile(str(path))
-    try:
-        series = tif.series[series_index]
-        lock = threading.RLock()
-        levels = []
-        for level in range(len(series.levels)):
-            store = series.aszarr(level=level, lock=lock)
-            array = zarr.open_array(store, mode="r")
-            levels.append(da.from_zarr(array, chunks=_tile_chunks(array.chunks, array.shape), name=False))
-    except BaseException:
-        tif.close()
-        raise
+    path = Path(path)
+    with tifffile.TiffFile(str(path)) as tif:
+        n_levels = len(tif.series[series_index].levels)
+    stamp = path.stat().st_mtime_ns
+    levels = []
+    for level in range(n_levels):
+        tiles = TiffLevel(path, series_index, level)
+        levels.append(da.from_array(tiles, chunks=_tile_chunks(tiles.chunks, tiles.shape), lock=False,
+                                    asarray=True, name=f"ivote-slide-{path.name}-{stamp}-{series_index}-{level}",
+                                    meta=np.empty((0,) * len(tiles.shape), tiles.dtype)))
     return levels
+
+
+class TiffLevel:
+    """One level of a tiled TIFF series as a sliceable array: ``level[region]`` decodes the
+    tiles the region touches (tifffile's Zarr store). It opens the file on first use, in
+    each process (it pickles as its path, for Dask's worker processes)."""
+
+    def __init__(self, path, series_index: int, level: int):
+        self.path, self.series_index, self.level = str(path), int(series_index), int(level)
+        self._lock = threading.Lock()
+        self._zarr = None
+        array = self._array()
+        self.shape, self.dtype, self.chunks = tuple(array.shape), np.dtype(array.dtype), tuple(array.chunks)
+        self.ndim = len(self.shape)
+
+    def _array(self):
+        with self._lock:
+            if self._zarr is None:
+                import tifffile
+                import zarr
+
+                tif = tifffile.TiffFile(self.path)
+                store = tif.series[self.series_index].aszarr(level=self.level, lock=threading.RLock())
+                self._zarr = zarr.open_array(store, mode="r")
+            return self._zarr
+
+    def __getitem__(self, key) -> np.ndarray:
+        return np.asarray(self._array()[key])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_zarr"], state["_lock"] = None, None
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 def _tile_chunks(tile, shape) -> tuple:
