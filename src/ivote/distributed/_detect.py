@@ -187,13 +187,15 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     if unknown:
         raise TypeError(f"detect_chunked got unsupported option(s) {', '.join(unknown)}; it takes "
                         f"{', '.join(_DETECT_OPTIONS)} (features are not chunked)")
+    from ..detect._colour_blocks import HematoxylinBlocks
+
     colour = {k: detect_kwargs.pop(k) for k in ("stains", "tissue") if k in detect_kwargs}
     if len(getattr(image, "shape", ())) == 3 and image.shape[-1] in (3, 4):  # H&E: each block's hematoxylin
-        from ..detect._colour_blocks import HematoxylinBlocks
-
-        image, detect_kwargs["polarity"] = HematoxylinBlocks(image, **colour), "bright"
+        image = HematoxylinBlocks(image, **colour)
     elif any(v is not None for v in colour.values()):
         raise ValueError(f"{' and '.join(colour)} are for RGB(A) images (Y, X, 3|4); this image is grey")
+    if isinstance(image, HematoxylinBlocks):
+        detect_kwargs["polarity"] = "bright"  # hematoxylin density: nuclei bright, as in memory
     shape, dtype = _check_array(image)
     ndim = len(shape)
     polarity = detect_kwargs.get("polarity", "bright")

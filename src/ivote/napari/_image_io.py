@@ -45,4 +45,7 @@ def read_image_layers(path) -> list[tuple]:
             attributes["name"] = [str(c) for c in image.channel_names]
     if image.is_rgb:
         attributes["rgb"] = True
-    return [(image.data, attributes, "image")]
+    from ._slide_reader import multiscale_data  # a tiled pyramid (whole slide): every level
+
+    data = multiscale_data(image) if "C" not in image.axes else image.data
+    return [(data, {**attributes, "multiscale": isinstance(data, list)}, "image")]
