@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK", "SLIDE_SUFFIXES", "TiffLevel", "is_tiled", "slide_levels", "slide_spacing"]
+__all__ = ["CHUNK", "SLIDE_SUFFIXES", "TiffLevel", "is_tiled", "pyramid_of", "slide_levels", "slide_spacing", "slide_tissue"]
 
 SLIDE_SUFFIXES = (".svs", ".ndpi")
 #: target chunk side of the Dask arrays, in pixels: a whole number of tiles
@@ -176,6 +176,39 @@ def _centimetre_resolution(page) -> dict:
             if np.isfinite(size) and size > 0:
                 spacing[axis] = float(size)
     return spacing
+
+
+def pyramid_of(image) -> list:
+    """The levels of an ``ivote.ImageFile`` read at level 0 of a tiled TIFF pyramid: ``[image.data, level 1,
+    ...]`` (Dask arrays in the image's axes); ``[image.data]`` for any other image."""
+    import tifffile
+
+    path = Path(image.path or "")
+    if not path.name.lower().endswith((".tif", ".tiff", ".btf", *SLIDE_SUFFIXES)) or not path.is_file():
+        return [image.data]
+    try:
+        with tifffile.TiffFile(str(path)) as tif:
+            names = [s.name or f"Image:{i}" for i, s in enumerate(tif.series)]
+            index = names.index(image.scene) if image.scene in names else 0
+            series = tif.series[index]
+            if not is_tiled(series) or len(series.levels) < 2 or tuple(series.shape) != image.shape:
+                return [image.data]
+    except (OSError, ValueError, IndexError):
+        return [image.data]
+    levels = slide_levels(path, index)
+    return [image.data] + [level for level in levels[1:] if level.ndim == len(image.shape)]
+
+
+def slide_tissue(image):
+    """The tissue mask of an RGB ``ivote.ImageFile`` from the smallest level of its pyramid (no read of
+    level 0), or ``'auto'`` (level 0 every 32nd pixel) for an image without one."""
+    from .detect._colour_blocks import tissue_mask
+
+    levels = pyramid_of(image)
+    if len(levels) < 2:
+        return "auto"
+    smallest = levels[-1]
+    return tissue_mask(smallest, cell=max(1, round(image.shape[0] / smallest.shape[0])))
 
 
 def is_slide_file(path) -> bool:

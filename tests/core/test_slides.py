@@ -11,7 +11,7 @@ tifffile = pytest.importorskip("tifffile")
 pytest.importorskip("dask")
 
 from ivote import iterative_voting, open_image  # noqa: E402
-from ivote._slides import slide_levels, slide_spacing  # noqa: E402
+from ivote._slides import slide_levels, slide_spacing, slide_tissue  # noqa: E402
 from ivote.data._slide import he_colour, synthetic_he_tile, write_synthetic_slide  # noqa: E402
 from ivote.detect import stain_vectors  # noqa: E402
 from ivote.detect._colour_blocks import HematoxylinBlocks, slide_stain_vectors, tissue_mask  # noqa: E402
@@ -41,6 +41,8 @@ def test_tiled_pyramid_opens_lazily_at_level_zero_with_its_pixel_size(slide, mon
     levels = slide_levels(slide)
     assert [level.shape for level in levels] == [(1024, 768, 3), (512, 384, 3), (256, 192, 3)]
     np.testing.assert_array_equal(levels[2].compute(), tifffile.imread(slide, level=2))
+    mask = slide_tissue(image)  # from the smallest level: a quarter of the pattern tiles are glass
+    assert mask.cell == 4 and mask.cells.shape == (256, 192) and 0.6 < mask.fraction < 0.95
 
 
 def _write_svs(path, rgb, mpp):

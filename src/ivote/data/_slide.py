@@ -65,12 +65,21 @@ def write_synthetic_slide(path, size: int | tuple, *, tile: int = 256, pattern: 
 
     def tiles(step):
         t = tile
+        shrunk = {}  # the pattern tiles at this level, each read every step-th pixel
         rows, cols = math.ceil(math.ceil(height / step) / t), math.ceil(math.ceil(width / step) / t)
         for r in range(rows):
             for c in range(cols):
+                ys, xs = np.arange(r * t, (r + 1) * t) * step, np.arange(c * t, (c + 1) * t) * step
+                first, last = (ys[0] // pattern, xs[0] // pattern), (ys[-1] // pattern, xs[-1] // pattern)
+                if first == last and ys[-1] < height and xs[-1] < width:  # inside one pattern tile: a slice
+                    src = pattern_at(*first)
+                    key = (id(src), step)
+                    if key not in shrunk:
+                        shrunk[key] = np.ascontiguousarray(src[::step, ::step])
+                    y0, x0 = (ys[0] % pattern) // step, (xs[0] % pattern) // step
+                    yield shrunk[key][y0:y0 + t, x0:x0 + t]
+                    continue
                 out = np.full((t, t, 3), 255, np.uint8)
-                ys = (np.arange(r * t, (r + 1) * t) * step)
-                xs = (np.arange(c * t, (c + 1) * t) * step)
                 inside_y, inside_x = ys < height, xs < width
                 for pi in np.unique(ys[inside_y] // pattern):
                     for pj in np.unique(xs[inside_x] // pattern):

@@ -166,7 +166,9 @@ def _detect_chunked_file(args, scene, out, settings) -> str:
     spacing = command_spacing(image, args.spacing, command="ivote detect")
     options = dict(settings["options"])
     if image.is_rgb:
-        options["tissue"] = None if args.tissue == "none" else "auto"
+        from .._slides import slide_tissue
+
+        options["tissue"] = None if args.tissue == "none" else slide_tissue(image)
     elif options.pop("stains") is not None:
         raise ValueError("--stains is for RGB images")
     if settings["features"]:
@@ -317,8 +319,9 @@ def register(subparsers) -> None:
                         help="for RGB H&E input: Ruifrok's fixed stain vectors (default) or vectors estimated "
                              "from the image (Macenko)")
     parser.add_argument("--tissue", choices=("auto", "none"), default="auto",
-                        help="for RGB H&E input detected block by block: glass (a tissue mask from every 32nd "
-                             "pixel) reads as 0 and its blocks are skipped (default), or none")
+                        help="for RGB H&E input detected block by block: glass (a tissue mask from the "
+                             "pyramid's smallest level, else every 32nd pixel) reads as 0 and its blocks are "
+                             "skipped (default), or none")
     parser.add_argument("--features", default=None, metavar="MODEL|learn|learn-map",
                         help="ConvRBM .npz from 'ivote features fit': vote on its feature map instead of the blurred "
                              "image; 'learn': fit the recommended ConvRBM on each image first and vote on its "

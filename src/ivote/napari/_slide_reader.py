@@ -5,9 +5,7 @@ an RGB slide as its hematoxylin density block by block, glass skipped (``ivote._
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .._slides import SLIDE_SUFFIXES, is_tiled, slide_levels
+from .._slides import SLIDE_SUFFIXES, pyramid_of
 
 __all__ = ["get_slide_reader", "multiscale_data", "read_slide_layers", "slide_signal"]
 
@@ -32,25 +30,9 @@ def read_slide_layers(path) -> list[tuple]:
 
 def multiscale_data(image):
     """The levels of ``image`` (an ``ivote.ImageFile``) when it is a tiled pyramid read at level 0, for a
-    multiscale layer; else its data."""
-    import tifffile
-
-    path = Path(image.path or "")
-    if not path.name.lower().endswith((".tif", ".tiff", ".btf", *SLIDE_SUFFIXES)) or not path.is_file():
-        return image.data
-    try:
-        with tifffile.TiffFile(str(path)) as tif:
-            names = [s.name or f"Image:{i}" for i, s in enumerate(tif.series)]
-            index = names.index(image.scene) if image.scene in names else 0
-            series = tif.series[index]
-            if not is_tiled(series) or len(series.levels) < 2 or tuple(series.shape) != image.shape:
-                return image.data
-    except (OSError, ValueError, IndexError):
-        return image.data
-    levels = slide_levels(path, index)
-    if tuple(levels[0].shape) != image.shape:  # the ImageFile's axes were reordered: keep it single-scale
-        return image.data
-    return [image.data] + [level for level in levels[1:] if level.ndim == image.data.ndim]
+    multiscale layer (:func:`ivote._slides.pyramid_of`); else its data."""
+    levels = pyramid_of(image)
+    return levels if len(levels) > 1 else image.data
 
 
 def slide_signal(layer):
