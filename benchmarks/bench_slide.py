@@ -138,6 +138,12 @@ def main(argv=None) -> int:
             same = "yes" if equal else "NO"
         for mode, result in found.items():
             rows.append((size, mode, result, same))
+        _write_table(rows, args, load)
+    return 0
+
+
+def _write_table(rows, args, load) -> None:
+    """Print the table so far (and write it to ``--out``): a long run leaves its finished sizes behind."""
     lines = [
         "# Whole-slide H&E detection block by block",
         "",
@@ -161,10 +167,9 @@ def main(argv=None) -> int:
                      f"{rate:.1f} | {result['peak_mb']:.0f} ({result['warm_mb']:.0f}) | {result.get('blocks', 1)} | "
                      f"{100 * result['tissue']:.0f}% | {result['cells']} | {same} |")
     text = "\n".join(lines) + "\n"
-    print(text)
+    print(text, flush=True)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":

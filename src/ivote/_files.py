@@ -725,7 +725,7 @@ def _name_axes(raw: _Raw, axes: str | None) -> ImageFile:
         named, source = stored, raw.axes_from
     # canonical order, singleton T/C/Z dropped
     order = sorted(range(len(named)), key=lambda i: CANONICAL.index(named[i]))
-    data = data.transpose(order)
+    data = data.transpose(order) if order != sorted(order) else data  # identity: keep the reader's array
     named = "".join(named[i] for i in order)
     drop = [i for i, a in enumerate(named) if a in "TCZ" and data.shape[i] == 1]
     if drop:

@@ -79,10 +79,20 @@ def slide_levels(path, series_index: int = 0) -> list:
     levels = []
     for level in range(n_levels):
         tiles = TiffLevel(path, series_index, level)
+        name = f"ivote-slide-{path.name}-{stamp}-{series_index}-{level}"
+        _TILES[name] = tiles
         levels.append(da.from_array(tiles, chunks=_tile_chunks(tiles.chunks, tiles.shape), lock=False,
-                                    asarray=True, name=f"ivote-slide-{path.name}-{stamp}-{series_index}-{level}",
-                                    meta=np.empty((0,) * len(tiles.shape), tiles.dtype)))
+                                    asarray=True, name=name, meta=np.empty((0,) * len(tiles.shape), tiles.dtype)))
     return levels
+
+
+_TILES: dict = {}  # Dask array name -> its TiffLevel (tile_reader)
+
+
+def tile_reader(array):
+    """The :class:`TiffLevel` behind a Dask array of :func:`slide_levels` (not sliced or transformed since),
+    which reads a region by decoding only the tiles it touches rather than whole Dask chunks; else None."""
+    return _TILES.get(getattr(array, "name", None)) if hasattr(array, "dask") else None
 
 
 class TiffLevel:

@@ -193,12 +193,31 @@ def _density_by_table(rgb, optical, weights):
     table per channel: the same float64 products and sums as element by element (bit for bit),
     without a logarithm per pixel."""
     unit = np.arange(256, dtype=np.float64) / 255.0
-    tables = [optical(unit) * float(w) for w in weights]
+    tables = np.stack([optical(unit) * float(w) for w in weights])
     rgb = np.asarray(rgb)
-    density = tables[0][rgb[..., 0]]
-    density += tables[1][rgb[..., 1]]
-    density += tables[2][rgb[..., 2]]
-    return np.maximum(density, 0.0, out=density)
+    density = np.empty(rgb.shape[:-1], dtype=np.float64)
+    if rgb.size:
+        _table_density(rgb.reshape(-1, rgb.shape[-1]), tables, density.reshape(-1))
+    return density
+
+
+def _table_density_loop(rgb, tables, out):
+    """out[i] = max(t0[r] + t1[g] + t2[b], 0) per pixel (the NumPy expression's order of sums)."""
+    for i in range(rgb.shape[0]):
+        value = tables[0, rgb[i, 0]] + tables[1, rgb[i, 1]] + tables[2, rgb[i, 2]]
+        out[i] = value if value > 0.0 else 0.0
+
+
+def _table_density(rgb, tables, out):
+    global _table_density_compiled
+    if _table_density_compiled is None:
+        from numba import njit
+
+        _table_density_compiled = njit(nogil=True, cache=True)(_table_density_loop)
+    _table_density_compiled(rgb, tables, out)
+
+
+_table_density_compiled = None
 
 
 def reads_as_rgb(shape) -> bool:

@@ -186,7 +186,10 @@ class HematoxylinBlocks:
             raise ValueError(f"an H&E slide must be RGB(A) (Y, X, 3|4); got shape {shape}")
         if np.dtype(rgb.dtype).kind not in "biuf":
             raise TypeError(f"an H&E slide must hold real numbers; got dtype {rgb.dtype}")
+        from .._slides import tile_reader
+
         self.rgb = rgb
+        self._tiles = tile_reader(rgb)  # a slide's level: read tile by tile, not by Dask chunks
         self.shape = shape[:2]
         self.dtype = np.dtype(np.float64)
         self.ndim = 2
@@ -228,7 +231,8 @@ class HematoxylinBlocks:
         shape = tuple(max(0, s.stop - s.start) for s in region)
         if self.is_glass(region) or 0 in shape:
             return np.zeros(shape, dtype=np.float64)
-        block = _compute(self.rgb[region + (slice(0, 3),)])
+        source = self.rgb if self._tiles is None else self._tiles
+        block = _compute(source[region + (slice(0, 3),)])
         return self._density(block, region)
 
     def _density(self, block, region) -> np.ndarray:
