@@ -83,20 +83,13 @@ def camera_of(viewer):
     return scene.camera if scene is not None else viewer.camera
 
 
-def canvas_size(viewer):
-    """The canvas's (height, width) in screen pixels: ``viewer.canvas.size`` (napari >= 0.9), else the
-    viewer model's own record of it (napari 0.6-0.8)."""
-    canvas = getattr(viewer, "canvas", None)
-    return canvas.size if canvas is not None else viewer._canvas_size
-
-
 def visible_pixels(viewer, image):
     """The part of ``image`` on the 2D canvas in its full-resolution pixels (None in a 3D view)."""
     if viewer.dims.ndisplay != 2:
         return None
     camera = camera_of(viewer)
     return logic.visible_pixels(image, camera_center=camera.center, zoom=camera.zoom,
-                                canvas_size=canvas_size(viewer), world_point=viewer.dims.point,
+                                canvas_size=viewer.canvas.size, world_point=viewer.dims.point,
                                 displayed=viewer.dims.displayed)
 
 
