@@ -205,7 +205,7 @@ def main(argv=None) -> int:
                         help="H&E stain vectors: Ruifrok's fixed ones (the default) or per-image Macenko")
     parser.add_argument("--out", default=None, help="also write the table (markdown) here")
     parser.add_argument("--voter-floor", type=float, default=None,
-                        help="vote with this floor instead of VOTER_FLOOR (e.g. 0.03125; see benchmarks/voter_floor.py)")
+                        help="vote with this floor instead of VOTER_FLOOR (e.g. 0.03125; see benchmarks/studies/voter_floor.py)")
     args = parser.parse_args(argv)
     if args.voter_floor is not None:
         if not 0 < args.voter_floor <= 1:

@@ -16,7 +16,11 @@ the volume fits), each ``--chunks`` size, and with ``--gpus N > 1`` a local
 cluster of N GPU workers. Printed: seconds, Mvoxels/s, the ratio to the
 in-memory detection, peak host memory (this process and its workers), peak GPU
 memory (device-wide, above the idle baseline), cells, and whether every
-candidate, score and contrast equals the in-memory result. Goals of issue 14:
+candidate, score and contrast equals the in-memory result; under each chunked
+row, the wall seconds of each pass over the blocks and the reads and GPU time
+summed over the tasks' threads. ``--every-voter`` also runs each ``--chunks``
+size with every voter of the halo in every pass (the engine without
+``ivote.detect._reach``'s per-pass boxes), as a peer. Goals of issue 14:
 chunked >= 80% of the in-memory throughput on a volume that fits (one GPU),
 >= 1.8x from one GPU to two.
 
@@ -274,6 +278,8 @@ def main(argv=None) -> int:
     detect.add_argument("--chunks", type=int, nargs="*", default=None,
                         help="also run blocks of these cube sides (default: half the volume's side: 8 blocks)")
     detect.add_argument("--backend", default="auto", help="detection backend (default: the GPU, else Numba)")
+    detect.add_argument("--every-voter", action="store_true",
+                        help="also run each --chunks size with every voter of the halo in every pass (the peer)")
     detect.add_argument("--halo-study", action="store_true",
                         help="cells of chunked detection with fractions of the exact halo vs in-memory (2D and 3D "
                              "synthetic nuclei; on this machine's backend)")
@@ -436,6 +442,9 @@ def _detect_child(job: dict, mode: str) -> dict:
     warm = np.asarray(volume[:48, :48, :48])
     iterative_voting(warm, radius=job["radius"], **options)  # compile and self-test the kernels
     detect_chunked(warm, job["radius"], chunks=24, halo=4, scheduler="threads", **options)
+    if job.get("every_voter"):
+        _every_voter_each_pass()
+    phases = _time_phases()
     gpu = _GpuPeak()
     read = 0.0
     start = time.perf_counter()
@@ -465,7 +474,52 @@ def _detect_child(job: dict, mode: str) -> dict:
                      and np.array_equal(found.candidate_scores, expected["scores"])
                      and np.array_equal(found.candidate_contrasts, expected["contrasts"]))
     return {"seconds": seconds, "read": read, "cells": len(found.points), "backend": found.backend,
-            "host_mib": host / 1024, "gpu_mib": gpu_mib, "equal": equal}
+            "host_mib": host / 1024, "gpu_mib": gpu_mib, "equal": equal, "phases": phases}
+
+
+def _time_phases() -> dict:
+    """Wall seconds of each pass over the blocks (by task function) and the reads summed over
+    the tasks' threads, filled in as ``detect_chunked`` runs."""
+    from ivote.distributed import _detect
+
+    phases: dict = {}
+    run, read = _detect._Runner.run, _detect._read
+
+    def timed_run(self, function, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run(self, function, *args, **kwargs)
+        finally:
+            name = function.__name__.strip("_").replace("_task", "")
+            phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+
+    def timed_read(source):
+        start = time.perf_counter()
+        try:
+            return read(source)
+        finally:
+            phases["reads (summed)"] = phases.get("reads (summed)", 0.0) + time.perf_counter() - start
+
+    _detect._Runner.run, _detect._read = timed_run, timed_read
+    enter, leave = _detect.gpu_limit.__enter__, _detect.gpu_limit.__exit__
+
+    def timed_enter(self):
+        enter(self)
+        self.entered = time.perf_counter()
+
+    def timed_exit(self, *exc):
+        phases["GPU held"] = phases.get("GPU held", 0.0) + time.perf_counter() - self.entered
+        return leave(self, *exc)
+
+    _detect.gpu_limit.__enter__, _detect.gpu_limit.__exit__ = timed_enter, timed_exit
+    return phases
+
+
+def _every_voter_each_pass() -> None:
+    """The block passes as before ``detect._reach``: every voter of the halo in every pass."""
+    from ivote.detect import _reach
+
+    _reach.pass_margin = lambda plan, k: [1 << 30] * plan.ndim
 
 
 def detect_main(args) -> int:
@@ -484,6 +538,8 @@ def detect_main(args) -> int:
     if args.chunks is None:
         args.chunks = [args.size // 2]
     runs = [("in-memory", None, 1), ("chunked", None, 1)] + [("chunked", c, 1) for c in args.chunks]
+    if args.every_voter:
+        runs += [("chunked, every voter each pass", c, 1) for c in args.chunks]
     if args.gpus > 1:
         runs += [("chunked", None, args.gpus)] + [("chunked", c, args.gpus) for c in args.chunks]
     header = ("| volume | path | GPUs | blocks | s | Mvox/s | / in-memory | peak host MiB | peak GPU MiB | cells "
@@ -493,8 +549,8 @@ def detect_main(args) -> int:
     voxels = args.size**3
     for mode, chunks, gpus in runs:
         job = dict(path=path, size=args.size, radius=args.radius, backend=args.backend, gpus=gpus,
-                   chunks=chunks)
-        cmd = [sys.executable, __file__, "--detect-child", json.dumps(job), mode]
+                   chunks=chunks, every_voter=mode.endswith("each pass"))
+        cmd = [sys.executable, __file__, "--detect-child", json.dumps(job), mode.split(",")[0]]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             print(f"| {args.size}³ | {mode} | {gpus} | {chunks or 'default'} | failed: "
@@ -505,10 +561,12 @@ def detect_main(args) -> int:
         ratio = reference["seconds"] / r["seconds"] if reference else float("nan")
         blocks = "-" if mode == "in-memory" else (f"{chunks}³" if chunks else "default")
         extra = f" (+{r['read']:.2f} s read)" if mode == "in-memory" else ""
-        row = (f"| {args.size}³ | {mode} ({r['backend']}) | {gpus} | {blocks} | {r['seconds']:.2f}{extra} | "
+        row = (f"| {args.size}³ | {mode.split(',')[0]} ({r['backend']}){mode.partition(',')[2]} | {gpus} | {blocks} | {r['seconds']:.2f}{extra} | "
                f"{voxels / r['seconds'] / 1e6:.1f} | {ratio:.2f} | {r['host_mib']:.0f} | {r['gpu_mib']:.0f} | "
                f"{r['cells']} | {'yes' if r['equal'] else 'NO'} |")
         _add_row(rows, row)
+        if r.get("phases"):
+            print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()), flush=True)
     _write_table(args.out, rows)
     return 0
 

@@ -76,7 +76,7 @@ def child(mode: str, path: str, memory_limit: str, backend: str) -> dict:
         calls = []
         found = detect_chunked(image.data, RADIUS_PX, memory_limit=memory_limit, tissue=mask, backend=backend,
                                progress=lambda done, total: calls.append(total))
-        extra["blocks"] = calls[-1] // 3 if calls and calls[-1] > 1 else 1  # three passes over the blocks
+        extra["blocks"] = calls[-1] // 2 if calls and calls[-1] > 1 else 1  # two passes over the blocks
     else:
         rgb = np.asarray(image.data)
         grey = HematoxylinBlocks(rgb, tissue=mask).whole()

@@ -27,7 +27,7 @@ def main(argv=None) -> int:
 
     from ivote._backend import backend_name
     from ivote.data import synthetic_nuclei
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_jobs
     from ivote.napari._detect_widget import DetectWidget
 
     sample = synthetic_nuclei((args.size,) * 2, spacing=(0.5, 0.5), radius=6.0, overlap=0.2, noise=0.05, seed=11)
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
 
     rows = []
     for path, work in (("thread", float("inf")), ("child process", 0.0)):
-        _detect_logic.LONG_RUN_WORK = work
+        _detect_jobs.LONG_RUN_WORK = work
         widget.radius.value = min(args.radius, widget.radius.max)
         widget.run()
         pause(args.wait)

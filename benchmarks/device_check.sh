@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device run, in the order build -> check -> time, so that a session's few
-# GPU minutes give every number at once. Run from the repository root on a CUDA
+# One device run, in the order build -> check -> time, so that one GPU
+# run gives every number at once. Run from the repository root on a CUDA
 # machine (CuPy, pytest; PyTorch for the ConvRBM peer):
 #
 #   bash benchmarks/device_check.sh OUT_DIR [tests] [detect] [accuracy] [segment] [features]

@@ -15,6 +15,7 @@ from .data import synthetic_nuclei
 from .errors import InputFileError, IvoteError, ParameterTypeError, ResourceLimitError, TrainingDivergedError
 from .detect import Detections, hematoxylin_density, iterative_voting
 from .features import ConvRBM
+from .learn import LearnedDetector, learn_detector
 from .measure import measure_nuclei
 from .metrics import match_labels, match_points, precision_recall_curve
 from .segment import segment_nuclei
@@ -36,6 +37,7 @@ __all__ = [
     "InputFileError",
     "IvoteError",
     "Labelling",
+    "LearnedDetector",
     "ParameterTypeError",
     "PointClusters",
     "ResourceLimitError",
@@ -49,6 +51,7 @@ __all__ = [
     "hematoxylin_density",
     "iterative_voting",
     "label",
+    "learn_detector",
     "match_labels",
     "match_points",
     "measure_nuclei",

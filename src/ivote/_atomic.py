@@ -7,12 +7,14 @@ import it without importing each other.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["Terminated", "write_atomic"]
+__all__ = ["Terminated", "is_zarr_store", "private_folder", "replace_folder", "write_atomic"]
 
 
 def _umask() -> int:
@@ -73,3 +75,52 @@ def _terminate_as_exception():
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+ZARR_MARKERS = (".zgroup", ".zarray", "zarr.json", ".zattrs")
+
+
+def is_zarr_store(path) -> bool:
+    """Whether ``path`` is a folder holding Zarr metadata (v2 or v3)."""
+    path = Path(path)
+    return path.is_dir() and any((path / marker).exists() for marker in ZARR_MARKERS)
+
+
+@contextlib.contextmanager
+def private_folder(path, kind: str):
+    """A new folder beside ``path``, ``.NAME.XXXX.KIND``, private to this call (two runs writing
+    the same ``path`` never share one), removed when the block ends, on an error, Ctrl-C or
+    SIGTERM (as :func:`write_atomic`'s temporary file)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"output folder does not exist: {folder}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=f".{kind}", dir=folder))
+    try:
+        with _terminate_as_exception():
+            yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_folder(tmp, path) -> Path:
+    """Move the complete folder ``tmp`` to ``path`` in one rename, the old ``path`` (if any) moved
+    aside first and removed after: a reader sees the old store or the new one, never a mix.
+    When another writer puts its own store at ``path`` in between, that one is moved aside in
+    turn: the last complete store stays."""
+    tmp, path = Path(tmp), Path(path)
+    for _ in range(100):
+        try:
+            os.rename(tmp, path)
+            return path
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+                raise
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+        try:
+            os.rename(path, aside)  # onto the empty folder just made
+        except FileNotFoundError:  # the other writer's old store already went
+            pass
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+    raise OSError(f"could not move the new store into place at {path}: other writers kept replacing it")

@@ -20,6 +20,7 @@ NumPy one.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 from importlib import resources
@@ -313,6 +314,19 @@ def limit_gpu_memory(limit_bytes: int | None) -> int:
     previous = int(pool.get_limit())
     pool.set_limit(size=int(limit_bytes or 0))
     return previous
+
+
+def gpu_memory_available() -> float:
+    """Bytes a GPU computation may still take on this process's GPU: the device's free memory
+    plus what CuPy's pool holds unused, at most the pool's cap; inf without CuPy."""
+    cupy = _cupy()
+    if cupy is None:
+        return math.inf
+    pool = cupy.get_default_memory_pool()
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    available = float(free + pool.total_bytes() - pool.used_bytes())
+    cap = int(pool.get_limit())
+    return min(available, float(cap - pool.used_bytes())) if cap else available
 
 
 def is_gpu_out_of_memory(exc: BaseException) -> bool:

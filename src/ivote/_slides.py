@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK", "SLIDE_SUFFIXES", "TiffLevel", "is_tiled", "pyramid_of", "slide_levels", "slide_spacing", "slide_tissue"]
+__all__ = ["CHUNK", "SLIDE_SUFFIXES", "TiffLevel", "is_tiled", "pyramid_of", "slide_levels", "slide_spacing"]
 
 SLIDE_SUFFIXES = (".svs", ".ndpi")
 #: target chunk side of the Dask arrays, in pixels: a whole number of tiles
@@ -207,18 +207,6 @@ def pyramid_of(image) -> list:
         return [image.data]
     levels = slide_levels(path, index)
     return [image.data] + [level for level in levels[1:] if level.ndim == len(image.shape)]
-
-
-def slide_tissue(image):
-    """The tissue mask of an RGB ``ivote.ImageFile`` from the smallest level of its pyramid (no read of
-    level 0), or ``'auto'`` (level 0 every 32nd pixel) for an image without one."""
-    from .detect._colour_blocks import tissue_mask
-
-    levels = pyramid_of(image)
-    if len(levels) < 2:
-        return "auto"
-    smallest = levels[-1]
-    return tissue_mask(smallest, cell=max(1, round(image.shape[0] / smallest.shape[0])))
 
 
 def is_slide_file(path) -> bool:

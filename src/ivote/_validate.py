@@ -103,6 +103,7 @@ def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False, fi
     min and max, with :func:`check_finite_range`). RGB (a last axis of 3 or 4
     with ``allow_rgb``) is accepted for 2D images.
     """
+    image = _unmasked(image, name)
     xp = get_array_module(image)
     image = xp.asarray(image)
     if image.dtype.kind not in "biuf":
@@ -116,7 +117,40 @@ def check_image(image, *, name: str = "image", ndims=(2, 3), allow_rgb=False, fi
         raise IvoteError(f"{name} is empty (shape {image.shape})")
     if finite and image.dtype.kind == "f" and not bool(xp.isfinite(image).all()):
         raise IvoteError(f"{name} contains NaN or infinite values; replace them first (e.g. numpy.nan_to_num)")
+    if allow_rgb:
+        _warn_layout(image.shape, image.dtype, name, is_rgb, 3 in ndims)
     return image
+
+
+def _unmasked(image, name: str):
+    """A NumPy masked array's data when nothing is masked; refused (IvoteError) when something is:
+    the methods have no notion of missing pixels, and ignoring the mask would use what it hides."""
+    if not isinstance(image, np.ma.MaskedArray):
+        return image
+    masked = int(np.ma.count_masked(image))
+    if masked == 0:
+        return np.asarray(image.data)
+    raise IvoteError(f"{name} is a masked array with {masked} masked pixel(s): the mask cannot be honoured (the "
+                     f"masked pixels would be read as they are); fill them first, e.g. {name}.filled({name}.min()) "
+                     f"for a dark background, or crop to the unmasked region")
+
+
+def _warn_layout(shape, dtype, name: str, is_rgb: bool, volumes: bool) -> None:
+    """An array has no metadata: say which reading was taken where the shape has two
+    (``ivote.errors.LayoutWarning``); files name their axes (``--axes``) instead."""
+    import warnings
+
+    from .errors import LayoutWarning
+
+    if is_rgb and np.dtype(dtype) != np.uint8 and min(shape[:2]) > 4:
+        warnings.warn(f"{name} of shape {tuple(shape)} ({np.dtype(dtype)}) is read as a 2D RGB image (colour last; "
+                      f"H&E unless channel= is given); if it is a z stack of {shape[-1]} planes pass "
+                      f"numpy.moveaxis({name}, -1, 0), if it holds channels pass one of them",
+                      LayoutWarning, stacklevel=4)
+    elif volumes and len(shape) == 3 and shape[0] in (3, 4) and min(shape[1:]) > 4:
+        warnings.warn(f"{name} of shape {tuple(shape)} is read as a z stack of {shape[0]} planes (Z, Y, X); if it "
+                      f"is a colour image with the colour first pass numpy.moveaxis({name}, 0, -1), if it holds "
+                      "channels pass one of them", LayoutWarning, stacklevel=4)
 
 
 def check_finite_range(extremes, *, name: str = "image") -> None:

@@ -24,9 +24,11 @@ from pathlib import Path
 STAGE_CLIS: tuple[str, ...] = (
     "ivote.features._cli",
     "ivote.detect._cli",
+    "ivote.learn._cli",
     "ivote.segment._cli",
     "ivote.components._cli",
     "ivote.measure._cli",
+    "ivote.export._cli",
 )
 
 
@@ -93,7 +95,7 @@ def _cmd_demo(args) -> int:
             f"  {name}: {'x'.join(map(str, s.image.shape))} pixels, spacing {s.spacing} um, "
             f"{len(s.centers)} true nuclei -> {name}.tif, {name}_labels.tif, {name}_centers.csv"
         )
-    from .napari._demo_screenshot import start_screenshot_demo  # imports no napari; runs it in a subprocess
+    from .napari._demo_tool import start_screenshot_demo  # imports no napari; runs it in a subprocess
 
     # napari starts in its own process (seconds of imports) while the stages run here
     with start_screenshot_demo(s2, out_dir) as screenshot:  # a stage that raises stops it
@@ -171,6 +173,9 @@ def _failure_message(exc: BaseException) -> str:
                 "IVOTE_BACKEND=numpy when the GPU's memory is the limit")
     if isinstance(exc, (OSError, ValueError, TypeError, FloatingPointError)):
         return message
+    if isinstance(exc, ImportError) and ("pip install" in message or exc.name):
+        # a missing optional package is the installation's, not a bug
+        return message if "pip install" in message else f"{message}; install it (pip install {exc.name})"
     return (f"internal error ({type(exc).__name__}: {message}); please report it with the command line, "
             "and rerun with IVOTE_DEBUG=1 for the traceback")
 
@@ -189,6 +194,9 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():  # a warning is one line, as our own are, not Python's file:line + source
             warnings.showwarning = lambda message, *_, **__: print(f"{command}: warning: {message}", file=sys.stderr)
+            from .errors import LayoutWarning
+
+            warnings.simplefilter("ignore", LayoutWarning)  # files name their axes (--axes): no array guesses
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if os.environ.get("IVOTE_DEBUG"):

@@ -21,7 +21,7 @@ class                         also a                           raised when
 
 from __future__ import annotations
 
-__all__ = ["InputFileError", "IvoteError", "ParameterTypeError", "ResourceLimitError", "TrainingDivergedError"]
+__all__ = ["AutoRadiusWarning", "InputFileError", "LayoutWarning", "IvoteError", "ParameterTypeError", "ResourceLimitError", "TrainingDivergedError"]
 
 
 class IvoteError(ValueError):
@@ -46,3 +46,13 @@ class ResourceLimitError(IvoteError, MemoryError):
 
 class TrainingDivergedError(IvoteError, FloatingPointError):
     """Training produced NaN or infinite values; the message says which setting to lower."""
+
+
+class AutoRadiusWarning(UserWarning):
+    """``radius="auto"`` bounded its estimate (by the image or the memory limit) or is unsure of it;
+    the message, and the result's ``radius_note``, say which."""
+
+
+class LayoutWarning(UserWarning):
+    """An in-memory array whose shape has two readings ((Y, X, 3): RGB or a 3-plane stack; (3, Y, X):
+    a 3-plane stack or colour first); the message says which was taken and how to pass the other."""

@@ -57,6 +57,10 @@ def check_input_file(path, what: str) -> Path:
     if path.is_dir():
         raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
     if not path.is_file():
+        if path.exists():
+            from ._files import not_regular_file
+
+            raise not_regular_file(path, what)
         raise FileNotFoundError(f"{what} not found: {path}")
     return path
 
@@ -71,8 +75,14 @@ def check_output_path(path, suffixes: tuple[str, ...] = (), *, name: str = "--ou
                              "give another output name")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ValueError(f"{name} must end in {' or '.join(suffixes)}; got {path.name!r}")
-    if path.is_dir():
+    if path.is_dir() and not (path.suffix.lower() == ".zarr" and (not suffixes or ".zarr" in suffixes)):
         raise IsADirectoryError(f"{name}: {path} is a folder; give a file name inside it")
+    if path.is_dir():  # an existing .zarr output: replaced atomically (write_image), as files are
+        from ._atomic import is_zarr_store
+
+        if not is_zarr_store(path):
+            raise IsADirectoryError(f"{name}: {path} is a folder but not a Zarr store: not replacing it; "
+                                    "give another name, or remove the folder")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"{name}: output folder does not exist: {folder}")
@@ -282,7 +292,15 @@ def read_points_csv(path) -> PointsTable:
     columns as ``y, x`` or ``z, y, x`` pixel coordinates, its ``score`` feature
     as the scores, other features ignored; it keeps no scale or translate. A
     ``UserWarning`` says which columns were read.
+
+    A ``.geojson`` (or ``.json``) file is read as QuPath points
+    (:func:`ivote.export.read_points_geojson`).
     """
+    if Path(path).suffix.lower() in (".geojson", ".json"):
+        from .export._geojson_read import read_geojson_points
+
+        points, scores, times = read_geojson_points(path)
+        return PointsTable(points, scores, None, None, "pixel", times, tuple(_AXES[-points.shape[1]:]))
     path = check_input_file(path, "points file")
     try:
         text = path.read_text(encoding="utf-8-sig")

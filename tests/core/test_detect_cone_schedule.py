@@ -54,7 +54,7 @@ def test_a_cone_that_does_not_narrow_is_refused(narrowing):
 
 
 def test_plans_take_the_module_schedule(monkeypatch):
-    """benchmarks/cone_schedule.py measures other schedules by replacing ``_plan.cone_angles``."""
+    """benchmarks/studies/cone_schedule.py measures other schedules by replacing ``_plan.cone_angles``."""
     from ivote.detect import _plan
 
     faster = cone_angles(12.0, narrowing=3.0)

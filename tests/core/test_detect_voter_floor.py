@@ -100,7 +100,7 @@ def _dim_found(image, centres, is_dim, backend):
 def test_dim_nuclei_beside_a_bright_speck_still_vote(backend, monkeypatch):
     """The floor is relative to the largest gradient: a speck 50x brighter than the dim nuclei
     must not silence them (each is a local maximum above the noise). Doubling the floor
-    does, which is why it stays where it is (docs/detect.md, "Which gradients vote")."""
+    does, which is why it stays where it is (docs/detect.md, "The voter floor")."""
     if backend == "numba":
         pytest.importorskip("numba")
     image, centres, is_dim = dim_nuclei_beside_a_speck()

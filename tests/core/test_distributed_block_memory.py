@@ -59,7 +59,7 @@ def test_a_numpy_run_under_a_limit_runs_blocks_within_it_and_finds_the_same_cell
     totals = []
     found = detect_chunked(image, RADIUS, spacing=SPACING, memory_limit=limit, scheduler="sync", backend="numpy",
                            progress=lambda done, total: totals.append(total))
-    n_blocks = totals[-1] // 3
+    n_blocks = totals[-1] // 2  # two passes over the blocks
     assert n_blocks > 1, totals  # not the whole image in one task
     chunks = _detect._resolve_chunks(None, image.shape, halo, limit, _detect._block_cost("numpy", image.dtype))
     assert len(_detect._blocks(image.shape, chunks)) == n_blocks

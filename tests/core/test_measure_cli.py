@@ -27,6 +27,7 @@ def test_measure_3d_reads_the_spacing_from_the_image(tmp_path, capsys):
     assert main(["measure", str(image), "--labels", str(labels), "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert f"{len(np.unique(sample.labels)) - 1} nuclei measured" in printed.out and out.name in printed.out
+    assert "(pixel size 2 x 0.5 x 0.5 um)" in printed.out  # one vocabulary: the columns say um too
     assert printed.err == ""  # no progress bar when stderr is not a terminal
     header, table = read_csv(out)
     assert "volume_um3" in header and "equivalent_diameter_um" in header and "centroid_z_um" in header
@@ -114,3 +115,13 @@ def test_measure_centroids_include_the_images_position(tmp_path):
             pixel = [np.nonzero(sample.labels == label)[axis].mean() for label in table["label"].astype(int)]
             expected = (np.array(pixel) * 0.5 + origin[axis]) * per_um
             np.testing.assert_allclose(table[f"centroid_{name}_{units}"], expected, rtol=1e-9)
+
+
+def test_measure_without_a_pixel_size_says_so_once(tmp_path, capsys):
+    sample = synthetic_nuclei((64, 64), radius=5, seed=3)
+    image, labels = tmp_path / "image.tif", tmp_path / "labels.tif"
+    tifffile.imwrite(image, sample.image)
+    tifffile.imwrite(labels, sample.labels)
+    assert main(["measure", str(image), "--labels", str(labels), "--out", str(tmp_path / "t.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert "(no pixel size: values in pixels)" in printed and "pixels, pixels" not in printed

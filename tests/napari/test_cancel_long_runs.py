@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 
 import numpy as np
@@ -13,6 +12,7 @@ pytest.importorskip("pytestqt")
 
 import ivote.detect  # noqa: E402
 from ivote.data import synthetic_nuclei  # noqa: E402
+from ivote.napari._process import active_children  # noqa: E402
 
 pytestmark = [pytest.mark.napari, pytest.mark.usefixtures("numpy_backend")]
 TIMEOUT_MS = 120_000
@@ -20,9 +20,9 @@ TIMEOUT_MS = 120_000
 
 @pytest.fixture
 def every_run_is_long(monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_jobs
 
-    monkeypatch.setattr(_detect_logic, "LONG_RUN_WORK", 0)
+    monkeypatch.setattr(_detect_jobs, "LONG_RUN_WORK", 0)
 
 
 def test_a_run_in_a_child_process_gives_the_same_points(make_napari_viewer, detect_widget, qtbot, every_run_is_long):
@@ -37,7 +37,7 @@ def test_a_run_in_a_child_process_gives_the_same_points(make_napari_viewer, dete
     expected = ivote.detect.iterative_voting(sample.image, radius=4.0, spacing=sample.spacing)
     np.testing.assert_array_equal(viewer.layers["nuclei: cells"].data, expected.points)
     np.testing.assert_array_equal(viewer.layers["nuclei: cells"].features["score"], expected.scores)
-    assert widget.runner.job is None and not multiprocessing.active_children()
+    assert widget.runner.job is None and not active_children()
 
 
 def test_cancel_kills_a_long_run_mid_pass_and_adds_nothing(make_napari_viewer, detect_widget, qtbot,
@@ -48,7 +48,7 @@ def test_cancel_kills_a_long_run_mid_pass_and_adds_nothing(make_napari_viewer, d
     widget = detect_widget(viewer)
     widget.radius.value = widget.radius.max  # 40 µm = 80 px: a pass of the NumPy voting takes many seconds
     widget.run()
-    qtbot.waitUntil(lambda: bool(multiprocessing.active_children()), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: bool(active_children()), timeout=TIMEOUT_MS)
     qtbot.wait(3000)  # the child has started voting (about 2 s to start)
     assert widget.runner.job is not None and widget.runner.job.progress.n == 0  # still in the first pass
     start = time.perf_counter()
@@ -56,7 +56,7 @@ def test_cancel_kills_a_long_run_mid_pass_and_adds_nothing(make_napari_viewer, d
     qtbot.waitUntil(lambda: not widget.busy, timeout=TIMEOUT_MS)
     idle = time.perf_counter() - start
     assert idle < 2.0, f"{idle:.1f} s from Cancel to idle"
-    assert not multiprocessing.active_children()  # the CPU stopped with it
+    assert not active_children()  # the CPU stopped with it
     qtbot.wait(50)
     assert [layer.name for layer in viewer.layers] == ["cells"] and widget.status.value == "cancelled"
 

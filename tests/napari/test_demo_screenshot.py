@@ -1,4 +1,5 @@
-"""The napari step of ``ivote demo`` says why it skips (the full run is exercised by ``ivote demo``)."""
+"""The napari step of ``ivote demo`` (``tools/demo_screenshot.py``) says why it skips (the full run is exercised
+by ``ivote demo``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import time
 import pytest
 
 from ivote.data import synthetic_nuclei
-from ivote.napari import _demo_screenshot
+from ivote.napari import _demo_tool
+
+_demo_screenshot = _demo_tool.load_tool()  # tools/demo_screenshot.py
+if _demo_screenshot is None:
+    pytest.skip("tools/demo_screenshot.py is not beside this installation", allow_module_level=True)
 
 
 def _sample():
@@ -129,3 +134,10 @@ def test_a_subprocess_past_its_time_is_stopped_with_what_it_started(monkeypatch,
     pid = _child_pid(child)
     assert started.result() == ["napari screenshot: failed (no result within 1 s)"]
     assert _ended(pid)
+
+
+def test_the_demo_step_skips_without_the_source_tree(monkeypatch, tmp_path):
+    monkeypatch.setattr(_demo_tool, "load_tool", lambda: None)
+    with _demo_tool.start_screenshot_demo(_sample(), tmp_path) as step:
+        [line] = step.result()
+    assert line.startswith("napari screenshot: skipped") and "tools/demo_screenshot.py" in line

@@ -74,9 +74,9 @@ def _within(read, low, high):
 
 def test_preview_of_a_dask_volume_reads_the_slab_of_the_visible_region_only(make_napari_viewer, detect_widget,
                                                                            nuclei_3d, qtbot, monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_preview
 
-    monkeypatch.setattr(_detect_logic, "preview_plane_budget", lambda: None)  # as on a GPU or with Numba
+    monkeypatch.setattr(_detect_preview, "preview_plane_budget", lambda: None)  # as on a GPU or with Numba
     volume, centres, sample = _tiled_volume(nuclei_3d)
     source = CountingArray(volume)
     viewer = make_napari_viewer()
@@ -106,9 +106,9 @@ def test_preview_of_a_dask_volume_reads_the_slab_of_the_visible_region_only(make
 
 def test_preview_of_a_multiscale_image_reads_the_visible_region_at_full_resolution(make_napari_viewer, detect_widget,
                                                                                    qtbot, monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_preview
 
-    monkeypatch.setattr(_detect_logic, "preview_plane_budget", lambda: None)
+    monkeypatch.setattr(_detect_preview, "preview_plane_budget", lambda: None)
     sample = synthetic_nuclei((128, 128), spacing=(0.5, 0.5), radius=4.0, overlap=0.1, noise=0.05, seed=5)
     full = np.tile(sample.image, (8, 8)).astype(np.float32)  # 1024 x 1024
     source = CountingArray(full)
@@ -189,7 +189,7 @@ def test_run_on_whole_volume_is_the_in_memory_result_with_progress(make_napari_v
     assert match_points(found.data, centres, tolerance=4).f1 >= 0.9
     # the activity dock's bar went to the end (its value handler runs processEvents, so a later report can be
     # handled inside an earlier one's: the values this listener sees need not come in order)
-    assert job.progress.n == job.progress.total == 3 * 4 and max(seen) == 3 * 4  # 3 passes x 4 blocks
+    assert job.progress.n == job.progress.total == 2 * 4 and max(seen) == 2 * 4  # 2 passes x 4 blocks
     # points streamed in block by block (4 blocks), at least every final cell, and gave way to the final layer
     assert len(streamed) >= 2 and streamed == sorted(streamed) and streamed[-1] >= len(found.data)
     assert "nuclei (running): vol" not in viewer.layers

@@ -59,7 +59,7 @@ def test_widgets_are_magicgui_containers_with_named_tooltipped_controls(make_nap
     for cls, names in ((_detect_cls(), ("image", "radius", "polarity", "blur", "threshold")),
                        (SegmentWidget, ("image", "seeds", "radius", "iterations", "advanced")),
                        (FeaturesWidget, ("image", "filters", "epochs")),
-                       (LabelCountWidget, ("layer", "threshold", "distance", "table"))):
+                       (LabelCountWidget, ("layer", "threshold", "distance", "table_button"))):
         widget = cls(viewer)
         assert isinstance(widget, DockWidget) and isinstance(widget, Container)
         assert widget[-1] is widget.backend_label and widget.backend_label.value  # where it runs, last
@@ -121,9 +121,9 @@ def test_run_right_after_a_change_is_not_dropped_and_previews_never_replace_it(m
 
 
 def test_preview_window_is_outlined_on_the_canvas(make_napari_viewer, small, qtbot, monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_preview
 
-    monkeypatch.setattr(_detect_logic, "preview_plane_budget", lambda: 48 * 48)
+    monkeypatch.setattr(_detect_preview, "preview_plane_budget", lambda: 48 * 48)
     viewer = _viewer_with(make_napari_viewer, small)
     widget = _detect(viewer)
     widget.preview()
@@ -571,9 +571,9 @@ def test_a_layer_opened_without_pixel_sizes_takes_the_files(make_napari_viewer, 
 # -- the crash of the click-through: layers removed under a live preview --------------------------------------------------
 def test_preview_layers_go_with_their_image_and_no_stale_preview_reaches_the_next(make_napari_viewer, small, qtbot,
                                                                                    monkeypatch):
-    from ivote.napari import _detect_logic
+    from ivote.napari import _detect_preview
 
-    monkeypatch.setattr(_detect_logic, "preview_plane_budget", lambda: 48 * 48)  # a window outline too
+    monkeypatch.setattr(_detect_preview, "preview_plane_budget", lambda: 48 * 48)  # a window outline too
     viewer = _viewer_with(make_napari_viewer, small)
     widget = _detect(viewer)
     widget.preview()

@@ -170,7 +170,6 @@ def write_components_csv(path, vertex_ids, component, component_size, *, chunk: 
 
 def _cmd_mask(args) -> int:
     """Label a mask file block by block; write the labels with the mask's pixel sizes."""
-    import shutil
 
     from .._files import open_image, write_image
     from .._progress import cli_progress
@@ -196,18 +195,16 @@ def _cmd_mask(args) -> int:
             import zarr
 
             chunks = _mask_chunks(mask, chunks)
-            scratch = out.parent / f".{out.name}.ivote-labels"
-            shutil.rmtree(scratch, ignore_errors=True)
+            from .._atomic import private_folder
+
             dtype = "uint32" if int(np.prod(image.shape)) < 2**32 else "uint64"
-            target = zarr.open_array(str(scratch), mode="w", shape=image.shape, chunks=chunks, dtype=dtype)
-            try:
+            with private_folder(out, "ivote-labels") as scratch:  # this run's own, removed on SIGTERM too
+                target = zarr.open_array(str(scratch), mode="w", shape=image.shape, chunks=chunks, dtype=dtype)
                 with progress.step("labelling block by block"):
                     result = label_chunked(mask, chunks=chunks, connectivity=args.connectivity, out=target)
                 with progress.step("writing the labels"):
                     write_image(out, da.from_zarr(target), axes=image.axes, spacing=spacing, translate=origin,
                                 name="labels")
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
         else:
             with progress.step("labelling block by block"):
                 result = label_chunked(mask, chunks=chunks, connectivity=args.connectivity, scheduler="threads")

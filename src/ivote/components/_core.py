@@ -284,6 +284,9 @@ def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = N
     return GraphComponents(int(n_components), vertex_ids, component, sizes)
 
 
+_LARGEST_COORDINATE = 1e150
+
+
 def cluster_points(points: ArrayLike | Array, *, distance: float, spacing: Spacing = None) -> PointClusters:
     """Clusters of points: join every two points at most ``distance`` apart.
 
@@ -333,6 +336,11 @@ def cluster_points(points: ArrayLike | Array, *, distance: float, spacing: Spaci
     spacing = check_spacing(spacing, points.shape[1])
     xp = _compute_module(points)
     coords = to_device(points, xp).astype(np.float64) * xp.asarray(spacing, dtype=np.float64)
+    largest = float(xp.abs(coords).max()) if coords.size else 0.0
+    if not largest < _LARGEST_COORDINATE:  # squared distances would overflow float64 (SciPy: "p too large")
+        raise ValueError(f"points times spacing reach {largest:.3g}; physical coordinates must be below "
+                         f"{_LARGEST_COORDINATE:.0e} in magnitude (their squared distances overflow beyond): "
+                         "check the points' units and the spacing")
     result = None
     if xp is not np:
         from . import _cuda

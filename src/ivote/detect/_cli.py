@@ -58,6 +58,9 @@ def _cmd_detect(args) -> int:
         raise ValueError("--out is required (or --out-dir DIR with a pattern of files, e.g. 'folder/*.tif')")
     check_output_path(args.out, (f".{_output_format(args.out, args.format)}",), inputs=(args.input,))
     settings = _settings(args)
+    if args.detector and engine_requested(args):
+        raise ValueError("--detector is not applied block by block; drop --chunks/--scheduler/--gpus/--memory-limit "
+                         "(batches of files with --out-dir take it)")
     for scene, out in input_scenes(args):
         if engine_requested(args):
             line = _detect_chunked_file(args, scene, out, settings)
@@ -69,12 +72,23 @@ def _cmd_detect(args) -> int:
 
 def _settings(args) -> dict:
     """What a detection of one file needs from the command line (picklable: batches send it to workers)."""
+    if args.radius is None and not args.detector:
+        raise ValueError("--radius is required (a number, or 'auto'), unless --detector gives it")
     threshold = _threshold(args.threshold)
     min_contrast = args.min_contrast
     if min_contrast is None:
         min_contrast = 0.0 if threshold == "none" else 3.0
-    options = dict(radius=args.radius, polarity=args.polarity, blur=args.blur, threshold=threshold,
+    detector = None
+    if args.detector:
+        from ..learn._detector import load_detector
+
+        detector = load_detector(args.detector)  # a bad file fails before any work
+    radius = detector.radius if args.radius is None else args.radius
+    polarity = args.polarity or (detector.polarity if detector is not None else "bright")
+    options = dict(radius=radius, polarity=polarity, blur=args.blur, threshold=threshold,
                    min_contrast=min_contrast, backend=args.backend, stains=None if args.stains == "fixed" else "auto")
+    if detector is not None:
+        options["detector"] = args.detector
     return dict(options=options, features=args.features, axes=args.axes, channel=args.channel, spacing=args.spacing,
                 format=args.format)
 
@@ -125,7 +139,7 @@ def _detect_file(path, scene, out, settings, *, quiet: bool = True):
         first = result.frames[0]
         where = f"{found.n_frames} frames, "
     else:
-        from ._voting import iterative_voting
+        from ._dispatch import iterative_voting
 
         with progress as bar, bar.step("detecting nuclei (voting passes)") as task:
             result = first = iterative_voting(
@@ -166,7 +180,7 @@ def _detect_chunked_file(args, scene, out, settings) -> str:
     spacing = command_spacing(image, args.spacing, command="ivote detect")
     options = dict(settings["options"])
     if image.is_rgb:
-        from .._slides import slide_tissue
+        from ._colour_blocks import slide_tissue
 
         options["tissue"] = None if args.tissue == "none" else slide_tissue(image)
     elif options.pop("stains") is not None:
@@ -232,8 +246,10 @@ def _cmd_batch(args, files=None) -> int:
         raise ValueError("a batch detects each file in memory as one task: --chunks and --memory-limit are for one "
                          "file at a time")
     if files is None:
-        files = sorted(f for f in glob.glob(args.input) if Path(f).is_file()) if any(c in args.input for c in "*?[") \
-            else [args.input]
+        from .._atomic import is_zarr_store  # an OME-Zarr is a folder: matched too
+
+        files = sorted(f for f in glob.glob(args.input) if Path(f).is_file() or is_zarr_store(f)) \
+            if any(c in args.input for c in "*?[") else [args.input]
     if not files:
         raise FileNotFoundError(f"no file matches {args.input!r}")
     out_dir = Path(args.out_dir)
@@ -269,7 +285,7 @@ def _cmd_batch(args, files=None) -> int:
 
 def _output_format(out, given) -> str:
     suffix = str(out).lower().rsplit(".", 1)[-1]
-    return given or ("parquet" if suffix == "parquet" else "csv")
+    return given or {"parquet": "parquet", "geojson": "geojson"}.get(suffix, "csv")
 
 
 def _write_points(out, out_format, points, scores, spacing, times, found, origin=None):
@@ -277,6 +293,10 @@ def _write_points(out, out_format, points, scores, spacing, times, found, origin
     ``origin`` (``ImageFile.origin``, micrometres) as its translate, as the labels of ``ivote segment`` keep it."""
     from ..io import write_points_csv, write_points_parquet
 
+    if out_format == "geojson":  # QuPath detections in pixels (ivote.export)
+        from ..export import write_points_geojson
+
+        return write_points_geojson(out, points, scores, times=times)
     write = write_points_parquet if out_format == "parquet" else write_points_csv
     return write(out, points, scores, spacing=spacing, translate=origin if spacing else None,
                  units="um" if spacing else None, times=times, radius=found.radius,
@@ -295,13 +315,17 @@ def register(subparsers) -> None:
                         help="image: OME-TIFF, TIFF, OME-Zarr, PNG/JPEG (CZI, ND2, LIF with napari-ivote[formats]); "
                              "2D, 2D RGB (H&E), 3D, multi-channel (--channel), time-lapse (a t column); or a quoted "
                              "pattern of files ('folder/*.tif', or several files) with --out-dir")
-    parser.add_argument("--radius", required=True, type=_radius,
+    parser.add_argument("--radius", default=None, type=_radius,
                         help="largest nucleus radius (the semi-major axis of the larger nuclei, about 1.5x the "
                              "typical radius), in the units of the spacing (pixels without one); if elongated "
-                             "nuclei are found twice, increase it; 'auto' estimates it from the image (printed)")
+                             "nuclei are found twice, increase it; 'auto' estimates it from the image (printed); "
+                             "required unless --detector gives it")
+    parser.add_argument("--detector", default=None, metavar="JSON",
+                        help="a detector learned from corrected points (ivote learn): every maximum is scored by "
+                             "its probability of being a nucleus (docs/learn.md)")
     parser.add_argument("--spacing", type=float, nargs="+", metavar="S",
                         help="pixel size per axis: Z Y X or Y X (default: from the file, else 1)")
-    parser.add_argument("--polarity", choices=("bright", "dark"), default="bright",
+    parser.add_argument("--polarity", choices=("bright", "dark"), default=None,
                         help="bright nuclei on dark (fluorescence) or dark on bright (default: bright); "
                              "RGB H&E input is read as hematoxylin density (nuclei bright) unless --channel is given")
     parser.add_argument("--threshold", default="auto",
@@ -335,8 +359,9 @@ def register(subparsers) -> None:
     outputs.add_argument("--out-dir", default=None, metavar="DIR",
                         help="for a pattern of files: one points table per file in DIR and DIR/summary.csv "
                              "(file, count, seconds); the files run as tasks of the Dask engine (--scheduler)")
-    parser.add_argument("--format", choices=("csv", "parquet"), default=None,
-                        help="points table format (default: from --out's suffix; parquet needs pyarrow)")
+    parser.add_argument("--format", choices=("csv", "parquet", "geojson"), default=None,
+                        help="points table format: csv, parquet (needs pyarrow) or geojson (QuPath point "
+                             "detections, docs/qupath-fiji.md) (default: from --out's suffix)")
     from ..distributed._options import add_engine_options
 
     large = parser.add_argument_group("large images and batches (block by block on Dask; see docs/scale.md)")

@@ -25,7 +25,7 @@ import numpy as np
 from ._colour import (_MACENKO_MIN_DENSITY, _MACENKO_PERCENTILE, _MACENKO_SAMPLE, _fit_stain_vectors,
                       _optical_density, hematoxylin_density, rgb_full_scale)
 
-__all__ = ["HematoxylinBlocks", "TissueMask", "hematoxylin_blocks", "slide_stain_vectors", "tissue_mask"]
+__all__ = ["HematoxylinBlocks", "TissueMask", "hematoxylin_blocks", "slide_stain_vectors", "slide_tissue", "tissue_mask"]
 
 #: level-0 pixels per side of a tissue-mask cell when the mask is made from level 0 itself
 TISSUE_CELL = 32
@@ -160,6 +160,19 @@ def tissue_mask(thumbnail, *, cell: int, min_density: float = _MACENKO_MIN_DENSI
         cells = ndimage.binary_dilation(cells, iterations=int(margin))
     cells = ndimage.binary_fill_holes(cells)
     return TissueMask(cells=np.ascontiguousarray(cells), cell=int(cell))
+
+
+def slide_tissue(image):
+    """The tissue mask of an RGB ``ivote.ImageFile`` from the smallest level of its pyramid (no read of
+    level 0, ``ivote._slides.pyramid_of``), or ``'auto'`` (level 0 every :data:`TISSUE_CELL`-th pixel)
+    for an image without one."""
+    from .._slides import pyramid_of
+
+    levels = pyramid_of(image)
+    if len(levels) < 2:
+        return "auto"
+    smallest = levels[-1]
+    return tissue_mask(smallest, cell=max(1, round(image.shape[0] / smallest.shape[0])))
 
 
 class HematoxylinBlocks:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._cone_tables import cone_tables, direction_bins, pack_offsets
 from ._plan import VotingPlan, _sum_in_order, make_plan
+from ._reach import inside_box
 from ._reference import _as_float32_axes, _Voters, prepare_voters
 
 __all__ = ["run_passes"]
@@ -61,15 +62,22 @@ def _hits(plan: VotingPlan, ks, direction, norm, voters, cos_half):
 
 
 def run_passes(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None,
-               largest: float | None = None) -> np.ndarray:
+               largest: float | None = None, boxes=None) -> np.ndarray:
     """The vote field V (uint32, image shape) after the last pass; as ``_reference.run_passes``
-    (``largest``: the whole image's largest gradient, for a block of it)."""
+    (``largest``: the whole image's largest gradient, for a block of it; ``boxes``: per
+    pass, the box whose voters it needs, ``_reach.pass_boxes``: the others are dropped)."""
     if isinstance(smoothed, list):
         smoothed = smoothed.pop()
+    shape = smoothed.shape
     voters, weights, directions = prepare_voters(smoothed, plan, sign, largest)
-    frame = _Voters(voters, smoothed.shape, plan)
+    frame = _Voters(voters, shape, plan)
     tables = _tables(plan.radius, plan.spacing, plan.ndim)
     for index, ((cells, starts, entry_k), cos_half) in enumerate(zip(tables, plan.cos_half32)):
+        if boxes is not None:
+            keep = inside_box(np.unravel_index(voters, shape), boxes[index])
+            if not keep.all():
+                voters, weights, directions = voters[keep], weights[keep], directions[keep]
+                frame = _Voters(voters, shape, plan)
         direction, norm = _as_float32_axes(directions)
 
         def chunk_rows(b, starts=starts):

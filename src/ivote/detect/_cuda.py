@@ -28,6 +28,7 @@ from ._cone_tables import (ConeTable, check_packable, class_directions, cone_tab
                            unpack_offsets)
 from ._contrast import BUMP_DEPTH, BUMP_SHARE, bump_ring, noise_positions
 from ._plan import VotingPlan, _sum_in_order, make_plan
+from ._reach import clear_outside, pass_boxes
 from ._result import RawDetection
 
 __all__ = ["detect", "run_passes", "sorted_close_pairs"]
@@ -404,10 +405,13 @@ def _voters(smoothed, plan: VotingPlan, sign: float, largest, kernels, index: st
 
 
 def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, kernels, xp, buffers=None,
-            schedule=None):
+            schedule=None, boxes=None):
     """The vote field (uint32, image shape) after the last pass. ``buffers``: the
     two vote buffers (uint32, image shape), the first zeroed (default: new ones);
-    ``schedule``: ``_schedule(plan, index, xp)`` when already looked up."""
+    ``schedule``: ``_schedule(plan, index, xp)`` when already looked up; ``boxes``:
+    per pass, the box whose voters it needs (``_reach.pass_boxes``, a block of an
+    image): the weights outside are zeroed before the pass and before the turn
+    that precedes it, so those voters neither vote nor turn."""
     shape = weights.shape
     ndim = plan.ndim
     Z, Y, X = _dims(shape)
@@ -421,6 +425,8 @@ def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, ke
         votes, spare = buffers
     schedule, reach = _schedule(plan, index, xp) if schedule is None else schedule
     reach = tuple(map(np.int32, reach))
+    if boxes is not None:
+        clear_outside(weights, boxes[0])
     for pass_index, ((table, limits, halo), cos_half) in enumerate(zip(schedule, plan.cos_half32)):
         last = pass_index == plan.n_passes - 1
         cos_half = np.float32(cos_half)
@@ -430,6 +436,8 @@ def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, ke
                 table.starts, table.entries, limits, *map(np.int32, halo),
             )
             _launch_tiled(kernels["ivote_vote_tiled"], shape, ndim, halo, (weights, directions, *geometry, votes))
+            if not last and boxes is not None:
+                clear_outside(weights, boxes[pass_index + 1])
             if not last:
                 _launch_tiled(kernels["ivote_turn_tiled"], shape, ndim, halo,
                               (weights, directions, *geometry, votes, spare))
@@ -439,6 +447,8 @@ def _passes(weights, directions, plan: VotingPlan, index: str, iter_callback, ke
                 table.starts, table.entries, limits, *reach,
             )
             kernels["ivote_vote_table"](_grid(size), (_BLOCK,), (weights, directions, *geometry, votes))
+            if not last and boxes is not None:
+                clear_outside(weights, boxes[pass_index + 1])
             if not last:
                 kernels["ivote_turn_table"](_grid(size), (_BLOCK,), (weights, directions, *geometry, votes, spare))
         if not last:
@@ -815,7 +825,8 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     if plan.ndim == 3:  # the contrasts read it in float32: 4 bytes a voxel kept instead of 8
         smoothed = smoothed.astype(np.float32)
     mark("voters")
-    votes = _passes(weights, directions, plan, "int", iter_callback, kernels, xp)
+    boxes = pass_boxes(plan, signal.shape, getattr(given, "owned", None))
+    votes = _passes(weights, directions, plan, "int", iter_callback, kernels, xp, boxes=boxes)
     del weights, directions
     mark("passes")
     cells = _Cells(votes, plan, stats, kernels, xp, smoothed=smoothed, sign=sign)

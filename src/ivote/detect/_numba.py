@@ -70,6 +70,7 @@ from ._cone_tables import class_directions, initial_directions
 from ._plan import VotingPlan, make_plan
 from ._reference import close_pairs
 from ._result import RawDetection
+from ._reach import pass_boxes
 from ._run_tables import discrete_runs, pixel_pairs, split_runs
 
 _FRAME, _PACKED = 0, 1
@@ -723,8 +724,10 @@ def _record_fields(grouped):
             (packed & np.uint64((1 << shift) - 1)).astype(np.int64))
 
 
-def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None):
-    """The padded frame and its vote field (uint32, padding zeroed) after the last pass."""
+def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callback=None, largest=None, boxes=None):
+    """The padded frame and its vote field (uint32, padding zeroed) after the last pass.
+    ``boxes``: per pass, the box whose voters it needs (``_reach.pass_boxes``, a block of
+    an image): the others are dropped before the pass and before the turn preceding it."""
     frame = _Frame(smoothed.shape, plan)
     if len(plan.offsets) == 0:  # a radius under a pixel: no votes (the reference's empty loop)
         if iter_callback is not None:
@@ -742,7 +745,10 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
     n_slabs = len(slab_starts) - 1
     widths = np.zeros(n_slabs, dtype=np.int64)  # per slab: its largest group (_regroup)
     (PZ, PY, PX), (wz, wy, wx) = frame.padded3()
+    passes_of = None if boxes is None or not DROP_VOTERS else _passes_of_voters(frame, boxes)
     for index, (starts, step, vote, first_read, last_read, item_k) in enumerate(passes):
+        if passes_of is not None:
+            in_order, grouped, slab_starts = _drop_voters(passes_of, index, in_order, grouped, slab_starts)
         if index > 0:  # the turn in the last pass's field, with the last pass's cones
             last_starts, last_step, _, last_first, last_last, last_k = passes[index - 1]
             for_ranges(_turn, n_slabs, tops.reshape(-1), slab_starts, widths, grouped, last_starts, last_step,
@@ -757,6 +763,55 @@ def _vote_field(smoothed: np.ndarray, plan: VotingPlan, sign: float, iter_callba
             iter_callback(index, plan.n_passes)
     votes = tops[0]
     return frame, votes
+
+
+#: whether a block's passes drop the voters they do not need (``_reach.pass_boxes``; exact either
+#: way). Off: measured on 16 cores (bench_scale --detect --size 256 --chunks 128 --backend numba,
+#: 2026-12-01) the serial compaction cost more than the passes saved (4.93 s against 4.41 s); on
+#: 2 cores a 100³ block's passes took 0.64-0.97 s with it against 1.07-1.21 s without.
+DROP_VOTERS = False
+
+
+def _passes_of_voters(frame: _Frame, boxes) -> np.ndarray:
+    """Per frame pixel (uint8): how many passes, from the first, need a voter there (nested boxes)."""
+    count = np.zeros(frame.padded_shape, dtype=np.uint8)
+    for box in boxes:
+        count[tuple(slice(w + lo, w + hi) for (lo, hi), w in zip(box, frame.window))] += 1
+    return count.reshape(-1)
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, error_model="numpy")
+def _compact_records(source, slab_starts, passes_of, index, out, new_starts):
+    """The records of ``source`` whose frame pixel more than ``index`` passes need,
+    in order, into ``out``; each slab's new range into ``new_starts``; their count."""
+    j = 0
+    for s in range(len(slab_starts) - 1):
+        new_starts[s] = j
+        for v in range(slab_starts[s], slab_starts[s + 1]):
+            if passes_of[np.uint64(source[v, _FRAME])] > index:
+                out[j, 0] = source[v, 0]
+                out[j, 1] = source[v, 1]
+                j += 1
+    new_starts[len(slab_starts) - 1] = j
+    return j
+
+
+def _drop_voters(passes_of, index: int, in_order, grouped, slab_starts):
+    """The voters (records in flat order and grouped by class, slab ranges) that pass
+    ``index`` needs: each slab's records keep their order, so its groups stay whole
+    (a serial copy: a few ms per million voters, against the passes' tens of ms)."""
+    new_starts = np.empty_like(slab_starts)
+    kept = np.empty_like(in_order)
+    n = _compact_records(in_order, slab_starts, passes_of, index, kept, new_starts)
+    if n == len(in_order):
+        return in_order, grouped, slab_starts
+    if index > 0:  # grouped holds the last pass's voters, which turn first: the same records per slab
+        out = np.empty_like(grouped)
+        _compact_records(grouped, slab_starts, passes_of, index, out, np.empty_like(slab_starts))
+        grouped = out[:n]
+    else:
+        grouped = np.empty((n, 2), in_order.dtype)
+    return kept[:n], grouped, new_starts
 
 
 def run_passes(smoothed, plan: VotingPlan, sign: float, iter_callback=None) -> np.ndarray:
@@ -954,7 +1009,8 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
     with _LOCK:
         if sigma is not None:
             smoothed = gaussian_blur(smoothed, sigma)
-        frame, votes = _vote_field(smoothed, plan, sign, iter_callback, None if given is None else given.largest)
+        frame, votes = _vote_field(smoothed, plan, sign, iter_callback, None if given is None else given.largest,
+                                   pass_boxes(plan, signal.shape, getattr(given, "owned", None)))
         field = None if reuse else np.ascontiguousarray(votes.reshape(frame.padded_shape)[frame.inside])
         flat, values, pairs, numerators = _cells(frame, votes, plan, smoothed, sign)
     return RawDetection(field, flat, values, pairs, (low, high), numerators, residuals)

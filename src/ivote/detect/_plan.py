@@ -26,8 +26,8 @@ VOTER_FLOOR = 1.0 / 64.0
 Every backend reads it as ``VotingPlan.min_weight`` (the quantised weight must reach
 ``ceil(VOTER_FLOOR * weight_scale)``). Being relative to the single largest gradient,
 it decides how far below the brightest object a nucleus can be and still vote. Higher
-floors were measured (2026-11-24, ``benchmarks/voter_floor.py``, docs/detect.md "Which
-gradients vote"): 1/48 silences nuclei of 0.15 x a bright one beside a speck 10 x
+floors were measured (2026-11-24, ``benchmarks/studies/voter_floor.py``, docs/detect.md "The voter
+floor"): 1/48 silences nuclei of 0.15 x a bright one beside a speck 10 x
 brighter that 1/64 finds, 1/32 costs 0.006 F1 on dsb2018 and 1/16 0.03-0.07 on four
 datasets, while the CPU time falls far less than the voters (1/48: -8 % in 2D, nothing
 measurable in 3D). So it stays at 1/64."""
@@ -97,7 +97,7 @@ def cone_angles(radius_px: float, *, narrowing: float = 2.0, first: float = math
     (phi < atan(1 / radius_px), radius_px in pixels of the finest axis).
 
     ``_make_plan`` calls this module's ``cone_angles`` with the defaults (pi/2,
-    halving). It is the one hook of ``benchmarks/cone_schedule.py``, which replaces
+    halving). It is the one hook of ``benchmarks/studies/cone_schedule.py``, which replaces
     it to measure other schedules (and then clears the detection's memoized tables,
     which are keyed on radius, spacing and ndim only)."""
     if not narrowing > 1:
@@ -125,7 +125,7 @@ def _make_plan(radius: float, spacing: tuple, ndim: int) -> VotingPlan:
     norms = np.sqrt(length_sq)
     directions = np.rint((physical / norms[:, None]) * np.float32(DIRECTION_SCALE)).astype(np.int16)
 
-    angles = cone_angles(radius / min(spacing))  # looked up here: benchmarks/cone_schedule.py swaps it
+    angles = cone_angles(radius / min(spacing))  # looked up here: benchmarks/studies/cone_schedule.py swaps it
     cos_half = tuple(np.float32(math.cos(phi / 2)) for phi in angles)
 
     weight_scale = min(_MAX_WEIGHT, (2**32 - 1) // max(len(offsets), 1))

@@ -54,6 +54,15 @@ class Detections:
     spacing: tuple
     radius_estimated: bool = False
     """True when ``radius`` was estimated from the image (``radius="auto"``)."""
+    radius_note: str = ""
+    """``radius="auto"``: what bounded the estimate (the image, the memory limit) or why it is
+    unsure; "" when nothing did (``ivote.detect._radius.auto_radius``)."""
+    eligible: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates that can be points at any threshold (a learned detector's: not
+    beside a more probable one); None: all."""
+    auto_kept: np.ndarray | None = field(default=None, repr=False)
+    """(M,) bool: the candidates ``threshold="auto"`` keeps, when a learned detector decided them;
+    None: the rule of :func:`auto_threshold`."""
 
     def __len__(self) -> int:
         return len(self.points)
@@ -61,10 +70,13 @@ class Detections:
     @property
     def contrasts(self) -> np.ndarray:
         """(N,) contrast to the image noise of each point."""
+        if self.auto_kept is not None and np.array_equal(self.points, self.candidates[self.auto_kept]):
+            return self.candidate_contrasts[self.auto_kept]  # the learned detector's decision
         return self.candidate_contrasts[self._kept(self.threshold, self.min_contrast)]
 
     def _kept(self, threshold: float, min_contrast: float) -> np.ndarray:
-        return (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        kept = (self.candidate_scores >= threshold) & (self.candidate_contrasts >= min_contrast)
+        return kept if self.eligible is None else kept & self.eligible
 
     def with_threshold(self, threshold: str | float | None, min_contrast: float | None = None) -> "Detections":
         """The same detections with another threshold (no voting again).
@@ -74,6 +86,10 @@ class Detections:
         ``min_contrast`` a number >= 0 (default: the current one).
         """
         low = self.min_contrast if min_contrast is None else check_positive(min_contrast, "min_contrast", allow_zero=True)
+        if self.auto_kept is not None and isinstance(threshold, str) and threshold.strip().lower() == "auto":
+            keep = self.auto_kept  # a learned detector's decision
+            return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep],
+                           threshold=float(self.candidate_scores[keep].min()) if keep.any() else float("inf"))
         value, low = _resolve_rule(threshold, self.candidate_scores, self.candidate_contrasts, low)
         keep = self._kept(value, low)
         return replace(self, points=self.candidates[keep], scores=self.candidate_scores[keep], threshold=value,
@@ -436,6 +452,7 @@ def iterative_voting(
     return_votes: bool = False,
     iter_callback: Callback = None,
     backend: str = "auto",
+    detector: Any = None,
 ) -> Detections:
     """Detect nuclei by iterative voting (Parvin 2007, Saadatifard 2018).
 
@@ -509,6 +526,14 @@ def iterative_voting(
         'auto' runs on CuPy for CuPy input, else on the default backend
         (``IVOTE_BACKEND``); 'numba' the compiled CPU kernels, 'numpy' the
         NumPy path. Both CPU paths give the same cells.
+    detector : LearnedDetector or path, optional
+        A detector learned from corrected points (:func:`ivote.learn_detector`,
+        or the JSON file it was saved to): every local maximum is scored by its
+        probability of being a nucleus, and ``threshold='auto'`` is the
+        detector's decision threshold (a number is a probability); the contrast
+        floor is not applied (the contrast is one of its features). The image
+        must be of the training's kind and ``radius``, ``spacing`` and
+        ``polarity`` the training's (``radius=None`` takes the detector's).
 
     Returns
     -------
@@ -544,6 +569,8 @@ def iterative_voting(
     >>> match_points(found.points, centers, tolerance=3).f1
     1.0
     """
+    if detector is not None:  # ivote.iterative_voting (detect/_dispatch.py) applies it, above both
+        raise IvoteError("detector= is applied by ivote.iterative_voting (ivote.detect.iterative_voting)")
     xp = select_xp(backend, image)
     if features is not None and hasattr(features, "detection_input"):
         features = features.detection_input(image)
@@ -554,11 +581,13 @@ def iterative_voting(
     spacing, blur, min_contrast = check_settings(signal.shape, spacing, polarity, blur, min_contrast, threshold)
     sign = 1.0 if (polarity == "bright" or (from_rgb and channel is None)) else -1.0
     radius_estimated = isinstance(radius, str) and radius.strip().lower() == "auto"
+    radius_note = ""
     if radius_estimated:
-        from ._radius import _signal_voting_radius
+        from ._radius import auto_radius
 
         check_finite_range([float(signal.min()), float(signal.max())], name="image")
-        radius = _signal_voting_radius(signal, spacing, sign, None, None, xp)
+        radius, radius_note = auto_radius(signal, spacing, sign, xp, "cupy" if xp is not np else (
+            "numba" if use_numba(xp, backend) else "numpy"))
     elif isinstance(radius, str):
         raise ParameterTypeError(f"radius must be a positive number or 'auto'; got {radius!r}")
     radius = check_radius(radius, signal.shape, spacing)
@@ -570,8 +599,12 @@ def iterative_voting(
         if tuple(features.shape) != tuple(signal.shape):
             raise ValueError(f"features must have the image's spatial shape {tuple(signal.shape)}; got {tuple(features.shape)}")
         signal = to_device(features, xp) if get_array_module(features) is not xp else features
-    plan = make_plan(radius, spacing, ndim)
     compiled = xp is np and use_numba(xp, backend)
+    from ._memory import check_detection_memory  # before any table that grows with the radius
+
+    check_detection_memory("iterative_voting", signal.shape, radius, spacing,
+                           "cupy" if xp is not np else ("numba" if compiled else "numpy"))
+    plan = make_plan(radius, spacing, ndim)
     _check_work(signal.shape, plan, spacing, blur if features is None else 0.0, xp is not np,
                 "numba" if compiled else "numpy")
     if signal.size >= 2**31 and xp is not np:
@@ -600,6 +633,7 @@ def iterative_voting(
         radius=radius,
         spacing=spacing,
         radius_estimated=radius_estimated,
+        radius_note=radius_note,
     )
 
 
@@ -739,7 +773,10 @@ def _detect_on_cpu(image, signal, plan, sign, blur, spacing, from_rgb, has_featu
     smoothed32 = smoothed.astype(np.float32)  # the contrasts compare in float32, as the kernel
     holder = [smoothed]  # run_passes takes the only reference and frees it early
     del smoothed
-    votes = run_passes(holder, plan, sign, iter_callback, None if given is None else given.largest)
+    from ._reach import pass_boxes
+
+    votes = run_passes(holder, plan, sign, iter_callback, None if given is None else given.largest,
+                       pass_boxes(plan, signal.shape, getattr(given, "owned", None)))
     coords, values = _candidates(votes, plan, suppress=given is None)
     contrast = contrasts(contrast_numerators(smoothed32, coords, plan.window, sign, bump_ring(plan)), sigma_noise)
     return votes, coords, values, contrast, plan.n_passes

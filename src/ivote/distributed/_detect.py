@@ -12,13 +12,21 @@ The rules (see ``docs/scale.md``):
 2. **Global statistics, computed globally.** The in-memory detection uses four
    numbers of the whole image: its minimum and maximum (normalisation), the
    largest gradient of the normalised, blurred image (voter weights) and the
-   noise's standard deviation (contrast test). Two first passes over the blocks
-   reduce them: (a) minimum, maximum and the raw 3^ndim boxes of the noise grid
-   (``_contrast.noise_positions`` of the whole image's shape) that a block owns;
-   (b) the largest gradient of the voxels a block owns, on the backend's own
-   blur. The detection pass then runs every block with them
+   noise's standard deviation (contrast test). One first pass reads each block
+   once and reduces them: minimum, maximum, the raw 3^ndim boxes of the noise
+   grid (``_contrast.noise_positions`` of the whole image's shape) that a block
+   owns, and the owned voxels of the largest gradients of the blurred raw block;
+   the largest normalised gradient, on the backend's own blur, is then computed
+   exactly at those few voxels (``_largest_gradient``: the normalisation is
+   affine, so it is attained within a rounding band of the raw maximum). The
+   detection pass then runs every block with them
    (``detect._result.GlobalStatistics``, injected into the NumPy, Numba and
-   CUDA paths), instead of the block's own.
+   CUDA paths), instead of the block's own. Where every block's detection
+   region fits ``cache_bytes``, the first pass reads it whole and keeps it, so
+   each block is read once in all.
+5. **Voters a pass needs.** Pass k of a block's detection runs only the voters
+   its owned voxels' votes need (``detect._reach``): the first pass those of
+   the whole halo, the last those within the maxima box and one voting reach.
 3. **Ownership.** A block keeps the local maxima at voxels it owns: none is
    found twice, none is lost at a seam.
 4. **Global decisions, globally.** The maxima of every block are sorted best
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 from typing import Any, Callable, NamedTuple
 
@@ -106,7 +115,8 @@ def detection_halo(plan, blur_pixels) -> tuple:
 
 def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
                    progress: Callable[[int, int], Any] | None = None, halo=None, memory_limit=None,
-                   on_block: Callable[[np.ndarray, np.ndarray], Any] | None = None, **detect_kwargs):
+                   on_block: Callable[[np.ndarray, np.ndarray], Any] | None = None, cache_bytes=None,
+                   **detect_kwargs):
     """Detect nuclei block by block, with the result of :func:`ivote.iterative_voting`.
 
     Parameters
@@ -134,7 +144,7 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         default: the active ``dask.distributed.Client`` (see
         :func:`ivote.distributed.cluster`), else threads.
     progress : callable, optional
-        ``progress(done, total)`` in this thread as block tasks finish (three
+        ``progress(done, total)`` in this thread as block tasks finish (two
         passes over the blocks: ``total`` is their sum; 1 for one block). Raising
         from it stops the run; the exception propagates.
     on_block : callable, optional
@@ -153,6 +163,13 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         Bytes (``"8GB"``) one block's detection may use: GPU memory on a GPU
         (enforced through CuPy's memory pool during the block), host memory on
         the CPU. Default: three quarters of the GPU's memory, or 2 GiB on the CPU.
+    cache_bytes : int, optional
+        Host memory the blocks read by the first pass may keep for the detection
+        pass, so that each block is read once: when every block's detection
+        region fits (a lazy array such as Zarr, local scheduler), the first pass
+        reads them whole and keeps them; otherwise it reads each block with a
+        few voxels of margin and the detection pass reads it again. Default: a
+        quarter of the host's physical memory; 0: never keep.
     **detect_kwargs
         ``polarity``, ``blur``, ``threshold``, ``min_contrast``, ``backend``,
         ``stains`` (RGB), as in :func:`ivote.iterative_voting`; ``tissue`` (RGB:
@@ -213,6 +230,10 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     for name, callback in (("progress", progress), ("on_block", on_block)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable; got {callback!r}")
+    from ..detect._memory import check_radius_memory  # every block builds the radius' tables
+
+    check_radius_memory("detect_chunked", ndim, radius, spacing,
+                        "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy"))
     plan = make_plan(radius, spacing, ndim)
     sign = 1.0 if polarity == "bright" else -1.0
     sigma = tuple(blur / s for s in spacing) if blur > 0 else (0.0,) * ndim
@@ -225,6 +246,7 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     chunks = _resolve_chunks(chunks, shape, halo, limit, cost, _workers(scheduler))
     _check_block_memory(chunks, shape, halo, limit, cost)
     blocks = _blocks(shape, chunks)
+    _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu)
     if len(blocks) == 1:  # the image fits: one task, the in-memory detection itself
         options = dict(radius="auto" if estimated else radius, spacing=spacing, polarity=polarity, blur=blur,
                        threshold=threshold, min_contrast=min_contrast, backend=backend)
@@ -232,29 +254,30 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         if on_block is not None:
             on_block(found.points, found.scores)
         return found
-    runner = _Runner(progress, 3 * len(blocks))
+    runner = _Runner(progress, 2 * len(blocks))
 
-    # pass 1: minimum, maximum, the noise grid's boxes
+    # pass 1, each block read once: minimum, maximum, the noise grid's boxes and the largest raw gradients
+    reach = tuple(int(4 * s + 0.5) + 1 if s > 0 else 1 for s in sigma)
+    detect_regions = [_grow(owned, halo, shape) for owned in blocks]
+    keep = _keeps_blocks(image, scheduler, detect_regions, dtype, cache_bytes)
     noise_coords = np.stack(np.unravel_index(noise_positions(shape), shape), axis=1)
-    found = runner.run(_extremes_task, [(_source(image, _grow(owned, 1, shape)), owned, _grow(owned, 1, shape),
-                                         _owned_rows(noise_coords, owned)) for owned in blocks], scheduler)
-    low = min(f[0] for f in found)
-    high = max(f[1] for f in found)
+    found = runner.run(_statistics_task, [
+        (_source(image, region if keep else _grow(owned, reach, shape)), owned,
+         region if keep else _grow(owned, reach, shape), _owned_rows(noise_coords, owned), reach, sigma, spacing,
+         backend, limit, keep) for owned, region in zip(blocks, detect_regions)], scheduler)
+    low = min(f.low for f in found)
+    high = max(f.high for f in found)
     check_finite_range([low, high], name="image")
     if not high > low:  # constant image: no gradient, no voter, no cell (as in memory)
-        runner.skip(2 * len(blocks))
+        runner.skip(len(blocks))
         return _detections(np.zeros((0, ndim)), np.zeros(0), np.zeros(0), plan, threshold, min_contrast, 0, name,
                            spacing, estimated)
-    boxes = np.concatenate([f[2] for f in found]) if found else np.zeros((0, 3**ndim))
+    boxes = np.concatenate([f.boxes for f in found]) if found else np.zeros((0, 3**ndim))
     sigma_noise = noise_sigma(_residuals(boxes, low, high, ndim), ndim, grey_step(dtype, low, high))
+    largest = _largest_gradient(found, blocks, image, shape, low, high, reach, sigma, spacing, backend, limit,
+                                scheduler)
 
-    # pass 2: the largest gradient of the normalised, blurred image
-    reach = tuple(int(4 * s + 0.5) + 1 if s > 0 else 1 for s in sigma)
-    largest = max(runner.run(_gradient_task, [
-        (_source(image, _grow(owned, reach, shape)), owned, _grow(owned, reach, shape), low, high, sigma, spacing,
-         backend, limit) for owned in blocks], scheduler))
-
-    # pass 3: the detection of every block with the whole image's statistics
+    # pass 2: the detection of every block with the whole image's statistics
     from ..detect._result import GlobalStatistics
 
     given = GlobalStatistics(float(low), float(high), float(largest), float(sigma_noise))
@@ -267,12 +290,16 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         on_block(coords[passing].astype(np.float64), values[passing] / float(plan.weight_scale))
 
     glass = getattr(image, "is_glass", None)  # a block without tissue (halo included) has no vote: skipped
-    tissue = [b for b in blocks if glass is None or not glass(_grow(b, halo, shape))]
-    if len(tissue) < len(blocks):
-        runner.skip(len(blocks) - len(tissue))
+    detected = [k for k, region in enumerate(detect_regions) if glass is None or not glass(region)]
+    if len(detected) < len(blocks):
+        runner.skip(len(blocks) - len(detected))
+    sources = [found[k].block if keep else _source(image, detect_regions[k]) for k in detected]
+    del found
     results = runner.run(_detect_task, [
-        (_source(image, _grow(owned, halo, shape)), owned, _grow(owned, halo, shape), plan, sign, blur, spacing,
-         given, backend, limit) for owned in tissue], scheduler, each=None if on_block is None else stream)
+        (source, blocks[k], detect_regions[k], plan, sign, blur, spacing, given, backend, limit)
+        for source, k in zip(sources, detected)], scheduler,
+        each=None if on_block is None else stream)
+    del sources
     coords = np.concatenate([r[0] for r in results]) if results else np.zeros((0, ndim), np.int64)
     values = np.concatenate([r[1] for r in results]) if results else np.zeros(0, np.int64)
     contrast = np.concatenate([r[2] for r in results]) if results else np.zeros(0)
@@ -341,9 +368,9 @@ def parse_bytes(value) -> int | None:
         digits = text.rstrip("KMGTIB")
         try:
             number = int(float(digits) * units[text[len(digits):]])
-        except (ValueError, KeyError):
-            raise ValueError(f"memory_limit must be a number of bytes or a size like '8GB' or '512MiB'; "
-                             f"got {value!r}") from None
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"memory_limit must be a finite number of bytes or a size like '8GB' or '512MiB' "
+                             f"(leave it out for the default); got {value!r}") from None
     if number <= 0:
         raise ValueError(f"memory_limit must be positive; got {value!r}")
     return number
@@ -447,6 +474,26 @@ def _check_block_memory(chunks, shape, halo, limit: int, cost: _BlockCost) -> No
             f"{limit / 2**30:.2f} GiB: use smaller chunks (or none: the largest that fit) or a larger memory_limit")
 
 
+TASK_WORK = 1e6
+"""Operations a block's task is counted as at least, whatever its size (scheduling, reading the
+block, a compiled call's set-up: about a millisecond), so that a run of many tiny blocks
+(``--chunks 1``) is refused up front rather than block by block."""
+
+
+def _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu) -> None:
+    """Refuse (ResourceLimitError) a run whose blocks, halos included, and tasks (three passes per
+    block) add up to more than the work limit, before any block runs."""
+    from .._limits import check_budget
+    from ..detect._voting import _cone_votes_per_voter
+
+    per_voxel = _cone_votes_per_voter(plan) + (sum(8 * blur / s + 1 for s in spacing) if blur > 0 else 0)
+    voxels = sum(math.prod(g.stop - g.start for g in _grow(owned, halo, shape)) for owned in blocks)
+    check_budget(f"detect_chunked: {len(blocks)} block(s) of {'x'.join(map(str, shape))} voxels with halos of "
+                 f"{'x'.join(map(str, halo))} (radius {plan.radius:g})",
+                 work=voxels * per_voxel + 3 * len(blocks) * TASK_WORK, gpu=gpu,
+                 advice="use larger --chunks (chunks=) or none (the largest blocks that fit), or a crop")
+
+
 def _blocks(shape, chunks) -> list:
     """The slices each block owns, in C order."""
     ranges = [range(0, n, c) for n, c in zip(shape, chunks)]
@@ -517,9 +564,39 @@ def _whole_task(source, options, limit):
         return iterative_voting(block, **options)
 
 
-def _extremes_task(source, owned, region, noise_coords):
-    """Pass 1: the owned voxels' minimum and maximum (NaN/Inf propagate) and the
-    raw 3^ndim box (C order) of every noise-grid voxel the block owns."""
+class _BlockStatistics(NamedTuple):
+    """What the first pass finds in a block (``_statistics_task``)."""
+
+    low: float
+    high: float
+    boxes: np.ndarray
+    points: np.ndarray
+    """(N, ndim) whole-image coordinates of the owned voxels of the largest raw gradients."""
+    values: np.ndarray
+    """Their raw gradient magnitudes, largest first."""
+    floor: float
+    """No owned voxel left out of ``points`` has a raw gradient above this."""
+    block: np.ndarray | None
+    """The region read, kept for the detection pass (or None)."""
+
+
+#: owned voxels of the largest raw gradients a block reports at most
+_GRADIENT_CANDIDATES = 64
+#: relative band below a block's largest raw gradient that it reports
+_GRADIENT_BAND = 1e-4
+#: relative band below the largest raw gradient whose voxels are evaluated exactly
+_GRADIENT_TOLERANCE = 1e-6
+
+
+def _statistics_task(source, owned, region, noise_coords, reach, sigma, spacing, backend, limit, keep):
+    """Pass 1: the owned voxels' minimum and maximum (NaN/Inf propagate), the raw
+    3^ndim box (C order) of every noise-grid voxel the block owns, and the owned
+    voxels whose gradient magnitude of the blurred, not normalised block lies
+    within ``_GRADIENT_BAND`` of the block's largest (at most
+    ``_GRADIENT_CANDIDATES``, with the floor under those left out): the largest
+    gradient of the normalised image is at one of them (``_largest_gradient``)."""
+    from .._backend import gpu_memory_guard, to_host, use_numba
+
     block = _read(source)
     mine = block[_local(owned, region)]
     low, high = mine.min(), mine.max()  # NaN propagates; the caller refuses NaN and Inf
@@ -528,7 +605,82 @@ def _extremes_task(source, owned, region, noise_coords):
     centre = [noise_coords[:, a] - region[a].start for a in range(ndim)]
     for k, offset in enumerate(itertools.product((-1, 0, 1), repeat=ndim)):
         boxes[:, k] = block[tuple(c + o for c, o in zip(centre, offset))]
-    return float(low), float(high), boxes
+    grown = _grow(owned, reach, tuple(r.stop for r in region))
+    crop = block[_local(grown, region)]
+    xp, device = _on_device(backend, limit)
+
+    @gpu_memory_guard("detect_chunked (statistics pass)")
+    def run():
+        magnitude = _gradient_magnitude(crop, owned, grown, 0.0, 1.0, sigma, spacing, xp,
+                                        xp is np and use_numba(xp, backend))
+        flat = magnitude.ravel()
+        top = float(flat.max())
+        if not top > 0:  # NaN (refused by the caller) or no gradient: nothing to report
+            return np.zeros(0, np.int64), np.zeros(0), 0.0
+        near = xp.flatnonzero(flat >= top * (1.0 - _GRADIENT_BAND))
+        values = flat[near]
+        order = xp.argsort(-values)  # ties: any order (a tie at the cut makes the floor reach them)
+        floor = top * (1.0 - _GRADIENT_BAND)
+        if len(order) > _GRADIENT_CANDIDATES:
+            floor = float(values[order[_GRADIENT_CANDIDATES]])
+            order = order[:_GRADIENT_CANDIDATES]
+        return to_host(near[order]), to_host(values[order]), floor
+
+    with device:
+        flat, values, floor = run()
+    points = np.stack(np.unravel_index(flat, tuple(o.stop - o.start for o in owned)), axis=1)
+    points += np.array([o.start for o in owned], dtype=np.int64)
+    return _BlockStatistics(float(low), float(high), boxes, points, np.asarray(values, np.float64), float(floor),
+                            block if keep else None)
+
+
+def _largest_gradient(found, blocks, image, shape, low, high, reach, sigma, spacing, backend, limit,
+                      scheduler) -> float:
+    """The largest gradient magnitude of the normalised, blurred image, exactly as
+    the in-memory detection computes it (``_gradient_task``), from the first pass's
+    raw candidates.
+
+    The normalisation is affine, so the normalised magnitude is the raw one over
+    ``high - low`` up to float64 rounding (the blur's sums of a few dozen taps:
+    below 1e-14 of the largest |value| per pixel, on either side); every voxel
+    within ``tolerance`` (1e-6 of the largest raw magnitude, plus 1e-12 of the
+    largest |value| per pixel) of the largest raw magnitude is
+    evaluated exactly, on its own blur reach. A block whose left-out floor
+    reaches that band (many near-equal gradients) is evaluated whole, as before."""
+    top = max((float(f.values[0]) for f in found if len(f.values)), default=0.0)
+    tolerance = _GRADIENT_TOLERANCE * top + 1e-12 * max(abs(low), abs(high)) / min(spacing)
+    band = top - tolerance
+    tasks = []
+    for f, owned in zip(found, blocks):
+        if f.floor >= band and len(f.values):  # not every voxel of the band was reported: the whole block
+            region = _grow(owned, reach, shape)
+            tasks.append((_source(image, region), owned, region))
+            continue
+        for point in f.points[f.values >= band]:
+            voxel = tuple(slice(int(c), int(c) + 1) for c in point)
+            region = _grow(voxel, reach, shape)
+            tasks.append((_source(image, region), voxel, region))
+    if not tasks:
+        return 0.0
+    return max(_Runner(None, len(tasks)).run(_gradient_task, [
+        (source, owned, region, low, high, sigma, spacing, backend, limit) for source, owned, region in tasks],
+        scheduler))
+
+
+def _keeps_blocks(image, scheduler, regions, dtype, cache_bytes) -> bool:
+    """Whether the first pass reads each block's whole detection region and keeps it
+    for the detection pass (each block read once): a lazy array (Zarr, Dask, ...),
+    local tasks, and every region together within ``cache_bytes`` of host memory
+    (default: a quarter of the host's physical memory)."""
+    if isinstance(image, np.ndarray) or _client(scheduler) is not None:
+        return False
+    if cache_bytes is None:
+        try:
+            cache_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        except (ValueError, OSError, AttributeError):
+            cache_bytes = 0
+    total = sum(math.prod(s.stop - s.start for s in region) for region in regions) * np.dtype(dtype).itemsize
+    return total <= cache_bytes
 
 
 def _residuals(boxes, low: float, high: float, ndim: int) -> np.ndarray:
@@ -596,8 +748,9 @@ class gpu_limit:
 
 
 def _gradient_task(source, owned, region, low, high, sigma, spacing, backend, limit):
-    """Pass 2: the largest gradient magnitude over the voxels the block owns, on
-    the backend's own normalisation and blur (read with the blur's reach + 1)."""
+    """The largest gradient magnitude over the voxels ``owned``, on the backend's
+    own normalisation and blur (read with the blur's reach + 1): a block whose
+    raw candidates are ambiguous, or one voxel of the band (``_largest_gradient``)."""
     from .._backend import gpu_memory_guard, use_numba
 
     block = _read(source)
@@ -605,23 +758,30 @@ def _gradient_task(source, owned, region, low, high, sigma, spacing, backend, li
 
     @gpu_memory_guard("detect_chunked (gradient pass)")
     def run():
-        smoothed = _smoothed(block, sigma, low, high, xp, xp is np and use_numba(xp, backend))
-        inner = _local(owned, region)
-        grown = tuple(slice(max(s.start - 1, 0), min(s.stop + 1, n)) for s, n in zip(inner, smoothed.shape))
-        crop = smoothed[grown]
-        del smoothed
-        total = None  # ((gz^2 + gy^2) + gx^2): the kernels' order, one component at a time
-        for axis, step in enumerate(spacing):
-            g = _difference(crop, axis, float(step), xp)
-            g *= g
-            total = g if total is None else total + g
-            del g
-        magnitude = xp.sqrt(total)
-        mine = tuple(slice(s.start - g.start, s.stop - g.start) for s, g in zip(inner, grown))
-        return float(magnitude[mine].max())
+        return float(_gradient_magnitude(block, owned, region, low, high, sigma, spacing, xp,
+                                         xp is np and use_numba(xp, backend)).max())
 
     with device:
         return run()
+
+
+def _gradient_magnitude(block, owned, region, low, high, sigma, spacing, xp, compiled: bool):
+    """|grad| of the normalised (``low``, ``high``), blurred ``block`` (read at ``region``)
+    at the voxels ``owned``, in the kernels' order of sums."""
+    smoothed = _smoothed(block, sigma, low, high, xp, compiled)
+    inner = _local(owned, region)
+    grown = tuple(slice(max(s.start - 1, 0), min(s.stop + 1, n)) for s, n in zip(inner, smoothed.shape))
+    crop = smoothed[grown]
+    del smoothed
+    total = None  # ((gz^2 + gy^2) + gx^2): the kernels' order, one component at a time
+    for axis, step in enumerate(spacing):
+        g = _difference(crop, axis, float(step), xp)
+        g *= g
+        total = g if total is None else total + g
+        del g
+    magnitude = xp.sqrt(total)
+    mine = tuple(slice(s.start - g.start, s.stop - g.start) for s, g in zip(inner, grown))
+    return magnitude[mine]
 
 
 def _difference(f, axis: int, h: float, xp):
@@ -671,7 +831,14 @@ def _detect_task(source, owned, region, plan, sign, blur, spacing, given, backen
     from .._backend import gpu_memory_guard, to_device, use_numba
     from ..detect._voting import _detect_on_cpu, _detect_on_gpu, _detect_on_numba
 
+    import dataclasses
+
+    from ..detect._reach import BlockStatistics
+
     block = _read(source)
+    # the passes run only the voters the owned voxels' votes need (_reach.pass_boxes)
+    given = BlockStatistics(**dataclasses.asdict(given), owned=tuple(
+        (o.start - r.start, o.stop - r.start) for o, r in zip(owned, region)))
     xp, device = _on_device(backend, limit)
     if xp is not np:
         detect_on = _detect_on_gpu
@@ -726,11 +893,15 @@ def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_p
 def _estimate_radius(image, shape, spacing, polarity, backend) -> float:
     """``radius='auto'``: ``ivote.detect.estimate_radius`` on the image's central crop,
     read alone (the crop the in-memory estimate measures: ``_radius.central_crop``)."""
-    from ..detect._radius import central_crop, estimate_radius
+    from .._backend import use_numba
+    from ..detect._radius import _grey_signal, auto_radius, central_crop
 
     crop = central_crop(shape)
-    return estimate_radius(_read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute()),
-                           spacing=spacing, polarity=polarity, backend=backend)
+    data = _read(_source(image, crop)) if not _is_dask(image) else np.asarray(image[crop].compute())
+    signal, spacing, sign, xp = _grey_signal(data, spacing, polarity, None, backend)
+    path = "cupy" if xp is not np else ("numba" if use_numba(xp, backend) else "numpy")
+    # bounded by the whole image and by the radius' tables (the blocks are chosen to fit)
+    return auto_radius(signal, spacing, sign, xp, path, shape=shape, tables_only=True)[0]
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 One row per nucleus of the label image: centroid, area or volume, equivalent diameter, axis
 lengths, solidity, mean and integrated intensity of IMAGE, and the detection score of the
-point inside it when ``--points`` is given. Units are in the column names (``area_um2``,
+point inside it when ``--points`` is given. ``--regions annotations.geojson`` (QuPath annotations)
+adds each nucleus' region and writes the nuclei per region and per mm² (``--regions-out``). Units are in the column names (``area_um2``,
 ``volume_um3``; ``px`` without a spacing). The centroids are world positions: they include the
 image's position (``ImageFile.origin``), as ``ivote detect``'s ``*_um`` columns and the napari dock's
 table do. Written atomically.
@@ -26,6 +27,10 @@ def _cmd_measure(args) -> int:
     from ._measure import measure_nuclei, write_table_csv
 
     check_output_path(args.out, (".csv",), inputs=(args.input, args.labels, args.points))
+    regions_out = None
+    if args.regions:
+        regions_out = check_output_path(args.regions_out or _regions_path(args.out), (".csv",),
+                                        name="--regions-out", inputs=(args.input, args.labels, args.out))
     if str(args.scene).lower() == "all":
         raise ValueError("--scene all is not supported by 'ivote measure': name one scene and its labels")
     start = time.perf_counter()
@@ -49,15 +54,50 @@ def _cmd_measure(args) -> int:
             columns = measure_nuclei(labels, image, spacing=spacing, translate=translate, units=args.units,
                                      scores=table.scores if with_scores else None,
                                      points=table.points if with_scores else None)
+        counts = None
+        if args.regions:
+            with progress.step("counting nuclei per region"):
+                counts = _count_regions(args.regions, columns, labels.ndim, spacing, args.units)
         with progress.step("writing the table"):
             out = write_table_csv(args.out, columns)
+            if counts is not None:
+                write_table_csv(regions_out, counts)
     n = len(columns["label"])
     size = next(name for name in columns if name.startswith(("area_", "volume_")))
-    unit = "pixels" if spacing is None else args.units
+    where = "no pixel size: values in pixels" if spacing is None else \
+        f"pixel size {' x '.join(f'{s:g}' for s in spacing)} {args.units}"
     median = f", median {size.split('_')[0]} {float(np.median(columns[size])):.4g} {size.split('_')[1]}" if n else ""
-    print(f"{n} nuclei measured (spacing {spacing or 'none: units are pixels'}, {unit}){median} "
+    print(f"{n} nuclei measured ({where}){median} "
           f"in {time.perf_counter() - start:.2f} s -> {out}")
+    if counts is not None:
+        for name, n, area, density in zip(counts["region"], counts["nuclei"], counts["area_mm2"],
+                                          counts["nuclei_per_mm2"]):
+            print(f"  {name}: {n} nuclei in {area:.4g} mm² ({density:.5g} per mm²)")
+        print(f"  nuclei per region -> {regions_out}")
     return 0
+
+
+def _regions_path(out) -> Path:
+    out = Path(out)
+    return out.with_name(f"{out.stem}_regions.csv")
+
+
+def _count_regions(path, columns, ndim: int, spacing, units):
+    """Each nucleus' region (a ``region`` column added to ``columns``) and the per-region counts."""
+    import numpy as np
+
+    from ..export._geojson import read_regions_geojson
+    from ._regions import count_in_regions, region_of_points
+
+    if ndim != 2:
+        raise ValueError("--regions takes a 2D label image (QuPath annotations are drawn on one plane)")
+    if spacing is None:
+        raise ValueError("--regions counts nuclei per mm²: it needs the pixel size; give --spacing Y X "
+                         "(in --units, micrometres by default) or an image whose metadata has its pixel sizes")
+    regions = read_regions_geojson(path)
+    centroids = np.column_stack([columns["centroid_y_px"], columns["centroid_x_px"]])
+    columns["region"] = region_of_points(centroids, regions)
+    return count_in_regions(centroids, regions, spacing=spacing, units=units)
 
 
 def register(subparsers) -> None:
@@ -82,6 +122,12 @@ def register(subparsers) -> None:
                              "else the points CSV's '# scale', else none: units are pixels)")
     parser.add_argument("--units", default="um",
                         help="unit of the spacing, used in the column names (default: um, as in area_um2)")
+    parser.add_argument("--regions", default=None, metavar="annotations.geojson",
+                        help="QuPath GeoJSON of annotations (e.g. Tumor, Stroma): each nucleus gets the region its "
+                             "centroid is in, and --regions-out counts the nuclei per region and per mm² (needs "
+                             "the pixel size)")
+    parser.add_argument("--regions-out", default=None, metavar="regions.csv",
+                        help="per-region table: region, nuclei, area_mm2, nuclei_per_mm2 (default: OUT_regions.csv)")
     add_input_options(parser)
     parser.add_argument("--out", required=True, metavar="table.csv", help="output CSV, one row per nucleus")
     parser.set_defaults(func=_cmd_measure)

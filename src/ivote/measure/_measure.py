@@ -232,7 +232,7 @@ def write_table_csv(path: str | os.PathLike, table: Mapping[str, ArrayLike]) -> 
     """Write a column table (such as :func:`measure_nuclei`'s) to CSV, atomically.
 
     Integers are written as integers, floats with the shortest text that reads back
-    to the same value, NaN as an empty field.
+    to the same value, NaN as an empty field, text as it is.
     """
     names = list(table)
     columns = [np.asarray(table[name]) for name in names]
@@ -241,6 +241,8 @@ def write_table_csv(path: str | os.PathLike, table: Mapping[str, ArrayLike]) -> 
         raise ValueError("every column of the table must have the same length")
 
     def fmt(value) -> str:
+        if isinstance(value, str):
+            return value
         if isinstance(value, (np.integer, int)):
             return str(int(value))
         value = float(value)

@@ -55,6 +55,7 @@ def detect_folder(images, out_dir, settings: dict, check=None) -> list[dict]:
                 image, radius=settings["radius"], spacing=spacing, polarity=settings["polarity"],
                 threshold=settings["threshold"] if settings["threshold"] is not None else "none",
                 iter_callback=(lambda i, n: check(index, len(images))) if check is not None else None,
+                detector=settings.get("detector"),
                 **({"blur": settings["blur"]} if settings.get("blur") else {}))
             output = write_points_csv(out_dir / f"{path.stem}_nuclei.csv", found.points, found.scores,
                                       spacing=spacing, units=unit_name(settings.get("unit")) if spacing else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
-from magicgui.widgets import ComboBox, Container, FloatSpinBox, PushButton, Table
+from magicgui.widgets import ComboBox, Container, FloatSpinBox, PushButton
 from napari.layers import Image, Labels, Points
 
 from .. import _backend
@@ -15,9 +15,9 @@ from ._layer_sample import layer_sample
 from ._measure_call import measure_labels
 from ._names import COMPONENTS, LABELS, NUCLEI, result_name, source_name
 from ._units import unit_label, unit_name
-from ._widgets_common import DockWidget, Status, layer_choices, show_result, spatial_transform, world_to_pixels
+from ._widgets_common import (DockWidget, Status, layer_choices, show_result, spatial_transform, warm_labels_display,
+                              world_to_pixels)
 
-MAX_TABLE_ROWS = 10_000  # the widget's table; the layer's features and the CSV export hold every row
 SINGLE_COLOR = (0.6, 0.6, 0.6, 1.0)
 
 
@@ -42,12 +42,17 @@ class LabelCountWidget(DockWidget):
         self.export_button = PushButton(text="Export table…", enabled=False,
                                         tooltip="Save every row of the measurements as CSV.")
         self.status = Status()
-        self.table = Table(value={"label": []}, label="measurements",
-                           tooltip="Per-nucleus measurements (also in the layer's features table).")
-        buttons = Container(widgets=[self.run_button, self.export_button], layout="horizontal", labels=False)
+        self.table_button = PushButton(text="Show table", enabled=False, tooltip=(
+            "Show the measurements in napari's features table below the canvas (every row and column, sortable, "
+            "resizable; it follows the selected layer)."))
+        buttons = Container(widgets=[self.run_button, self.export_button, self.table_button], layout="horizontal",
+                            labels=False)
         super().__init__(napari_viewer, [self.layer, self.intensity, self.threshold, self.connectivity,
-                                         self.distance, buttons, self.status, self.table], run_button=self.run_button)
+                                         self.distance, buttons, self.status], run_button=self.run_button)
+        self._measured = None  # the layer whose features hold the last measurements
+        self.table_button.changed.connect(lambda: self._measured is not None and self.show_table(self._measured))
         self.features = None
+        self._note = ""  # what the last run left out, for its status line
         self.run_button.changed.connect(self.run)
         self.export_button.changed.connect(lambda: self.export())
         self.layer.changed.connect(self._on_layer_changed)
@@ -80,11 +85,16 @@ class LabelCountWidget(DockWidget):
                        lambda result: self._show_clusters(layer, result), desc="Clustering nuclei", inputs=(layer,))
             return
         data = layer.data[0] if layer.multiscale else layer.data  # read in the worker: the GUI never waits on it
+        self._note = ""
         intensity_layer = self.intensity.value
         intensity = None
-        if isinstance(intensity_layer, Image) and not intensity_layer.rgb:  # a pyramid: its finest level
+        if isinstance(intensity_layer, Image):  # a pyramid: its finest level; RGB: a mean per channel (_c0.._c2)
             finest = intensity_layer.data[0] if intensity_layer.multiscale else intensity_layer.data
-            intensity = finest if finest.shape == data.shape else None
+            spatial = finest.shape[:-1] if intensity_layer.rgb else finest.shape
+            intensity = finest if tuple(spatial) == tuple(data.shape) else None
+            if intensity is None:
+                self._note = (f"; no intensities: '{intensity_layer.name}' is {'x'.join(map(str, spatial))} pixels, "
+                              f"'{layer.name}' {'x'.join(map(str, data.shape))}")
         if intensity is None and isinstance(layer, Image):
             intensity = data
         spacing, translate, units = tuple(layer.scale), tuple(layer.translate), unit_name(layer.units)
@@ -96,6 +106,8 @@ class LabelCountWidget(DockWidget):
             labels = pixels if isinstance(layer, Labels) else _backend.to_host(
                 label(pixels > threshold, connectivity=connectivity).labels)
             job.check()
+            if not isinstance(layer, Labels):
+                warm_labels_display(labels)  # a new Labels layer follows
             return labels, measure_labels(labels, intensity=None if intensity is None else np.asarray(intensity),
                                           spacing=spacing, translate=translate, units=units, **known)
 
@@ -130,8 +142,8 @@ class LabelCountWidget(DockWidget):
         self.features = features
         count = len(table["label"])
         self.status.show(f"{count:,} nuclei (labels) in '{target.name}'; measurements in its features table"
-                         + (f"; the table below shows the first {MAX_TABLE_ROWS:,}" if count > MAX_TABLE_ROWS else ""))
-        self._fill_table(features)
+                         + self._note)
+        self._fill_table(features, target)
 
     def _show_clusters(self, layer, result):
         cluster_id = np.asarray(result.cluster) + 1  # ids from 1, like labels
@@ -151,12 +163,20 @@ class LabelCountWidget(DockWidget):
         self.status.show(f"{result.n_clusters:,} clusters ({n_multi} of more than one nucleus, coloured; "
                          "single nuclei grey)")
         self.features = {"cluster": np.arange(1, result.n_clusters + 1), "size": np.asarray(result.sizes)}
-        self._fill_table(self.features)
+        self._fill_table(self.features, layer)
 
-    def _fill_table(self, features):
-        self.table.value = {key: np.asarray(values)[:MAX_TABLE_ROWS].tolist() for key, values in features.items()
-                            if key != "index"}
-        self.export_button.enabled = True
+    def _fill_table(self, features, layer):
+        self._measured = layer
+        self.export_button.enabled = self.table_button.enabled = True
+        self.show_table(layer)
+
+    def show_table(self, layer):
+        """The measurements in napari's features table, docked below the canvas (:mod:`._measurements_dock`)."""
+        from ._measurements_dock import show_measurements
+
+        if layer in self.viewer.layers:
+            return show_measurements(self.viewer, layer, self)
+        return None
 
     def export(self, path: str | None = None):
         if self.features is None:

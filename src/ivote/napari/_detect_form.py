@@ -8,6 +8,7 @@ from napari.layers import Image
 
 from ._batch import BatchPanel
 from ._detect_volume import VolumePanel
+from ._learn_panel import LearnPanel
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import DockWidget, Status, layer_choices, polarity_for
 
@@ -42,23 +43,31 @@ class DetectForm(DockWidget):
         self.run_button = PushButton(text="Run", tooltip="Detect on the whole image (every frame of a time-lapse).")
         self.cancel_button = PushButton(text="Cancel", enabled=False, tooltip="Stop the running detection.")
         self.export_button = PushButton(text="Export points…", tooltip="Save the Run's points as CSV (pixel and "
-                                        "world coordinates, score, scale and unit).")
+                                        "world coordinates, score, scale and unit), QuPath GeoJSON or a Fiji ROI set.")
         self.status = Status()
         self.batch = BatchPanel(self, tooltip="Apply the current settings to every image in a folder: one "
                                               "points CSV per image and a summary table of counts.")
         self.folder_button = PushButton(text="Run on folder…", tooltip="Show the folder panel: the current "
                                         "settings on every image of a folder.")
         self.volume = VolumePanel(self)
+        self.learn_panel = LearnPanel(self)
+        self.learn_panel.visible = False  # shown by its toggle in the row below
         buttons = Container(widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False)
-        more = Container(widgets=[self.export_button, self.folder_button], layout="horizontal", labels=False)
+        more = Container(widgets=[self.export_button, self.folder_button, self.learn_panel.toggle], layout="horizontal",
+                         labels=False)
         self.batch.visible = False
         super().__init__(napari_viewer, [self.image, self.radius, self.estimate, self.polarity, self.blur, self.threshold,
-                                         self.auto_threshold, self.live, buttons, self.volume, more, self.status,
-                                         self.batch])
+                                         self.auto_threshold, self.live, buttons, self.volume, more, self.learn_panel,
+                                         self.status, self.batch], run_button=self.run_button,
+                         cancel_button=self.cancel_button)
 
-    def fit_to(self, geometry, *, keep_radius: bool):
-        """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB."""
+    def fit_to(self, geometry, *, keep_radius: bool, largest: float | None = None):
+        """Radius range, step and unit labels for an image's geometry; polarity fixed to dark on RGB. ``largest``:
+        the largest radius the memory bound lets a detection of the image use; the slider stops there too."""
         low, high, default = geometry.radius_range()
+        if largest is not None and largest < high:
+            high = max(largest, low)
+            default = min(default, high)
         value = self.radius.value if keep_radius and low <= self.radius.value <= high else default
         with self.radius.changed.blocked():
             self.radius.min, self.radius.max = low, high

@@ -63,18 +63,11 @@ def show_all(viewer, results, threshold) -> tuple[list[str], float]:
 
 
 def export_points(layer, path=None, *, parent=None) -> str | None:
-    """Write a Points layer with the plugin's CSV writer, to ``path`` or where a file dialog says."""
-    from ._io import write_points
+    """Write a Points layer as CSV, QuPath GeoJSON or a Fiji ROI set (:mod:`._export`), to ``path`` or where a file
+    dialog says."""
+    from ._export import export_points_layer
 
-    if not path:
-        from qtpy.QtWidgets import QFileDialog
-
-        suggested = f"{layer.metadata.get('ivote_image', 'nuclei')}_nuclei.csv"
-        path, _ = QFileDialog.getSaveFileName(parent, "Export points", suggested, "CSV (*.csv)")
-    if not path:
-        return None
-    data, attributes, _ = layer.as_layer_data_tuple()
-    return write_points(path, data, attributes)[0]
+    return export_points_layer(layer, path, parent=parent)
 
 
 def camera_of(viewer):

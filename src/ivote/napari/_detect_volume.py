@@ -55,6 +55,8 @@ class VolumePanel(Container):
         """Shown for lazy layers the engine takes (2D/3D grey, not a time-lapse)."""
         widget = self.detect_widget
         self.visible = bool(logic.is_lazy(layer) and not widget._timelapse)  # RGB: H&E (._slide_reader)
+        flat = widget._geometry is not None and widget._geometry.ndim == 2
+        self.run_button.text = "Run in blocks (whole image)" if flat else "Run on whole volume"  # a plane is no volume
 
     def run(self, chunks=None):
         widget = self.detect_widget
@@ -76,7 +78,7 @@ class VolumePanel(Container):
         settings = widget.settings()
         shown = dict(image=layer, geometry=geometry, timelapse=False, preview=False,
                      radius_estimate=widget.estimate.estimate_for(layer))
-        widget.cancel_button.enabled = True
+        widget._running(True)
         widget.status.show("running on the whole volume, block by block…")
         run = self._streaming = next(self._runs)
         size = 2 * settings["radius"] / min(geometry.scale[-2:])
@@ -90,7 +92,7 @@ class VolumePanel(Container):
         def end():
             self._streaming = None
             self._drop_running(layer)
-            widget.cancel_button.enabled = False
+            widget._running(False)
 
         self.runner.start(lambda job: logic.detect_volume_job(image, geometry, settings, job.check, chunks=chunks,
                                                               on_block=stream),

@@ -3,6 +3,8 @@ in _detect_layers, the whole-volume job in _detect_volume)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from napari.layers import Image
 from napari.utils.notifications import show_warning
@@ -13,6 +15,8 @@ from superqt.utils import qdebounced
 from .._files import adopt_file_scale
 from . import _detect_layers as layers
 from . import _detect_logic as logic
+from . import _memory_bound as bound
+from ._choice import last_detected, preferred_image
 from ._detect_form import DetectForm
 from ._runner import Runner, watch_gone
 from ._widgets_common import connect_while_docked, set_range
@@ -32,11 +36,17 @@ class DetectWidget(DetectForm):
         self._geometry = self._geometry_error = None
         self._timelapse = False  # first axis is time: preview the current frame, Run every frame
         self._radius_touched = False
+        self._largest = None  # the largest radius the memory bound lets a detection of the image use
+        self._preview_clock = QTimer()  # the status of a preview running longer than half a second
+        self._preview_clock.setInterval(250)
+        self._preview_clock.timeout.connect(self._preview_progress)
+        self._preview_waiting = False  # a preview waits for a superseded one to stop: one computation at a time
         self._run: layers.Shown | None = None
         self._preview: layers.Shown | None = None
         self.preview_runner = Runner(napari_viewer, self.native, self.status.show, report_cancel=False)
         self.batch.attach()
         self.volume.attach()
+        self.learn_panel.attach()
         self.estimate.attach()
         self._preview_later = qdebounced(self.preview, timeout=DEBOUNCE_MS)
 
@@ -54,7 +64,18 @@ class DetectWidget(DetectForm):
         connect_while_docked(self, napari_viewer.layers.events.removed, self._on_layer_removed)
         connect_while_docked(self, napari_viewer.dims.events.current_step, self._on_plane_changed)
         watch_gone(self.native).callbacks.append(self._on_closed)
+        self._picked = None  # the image the user chose in the list, kept over newer layers
+        self.image.native.activated.connect(lambda *_: setattr(self, "_picked", self.image.value))
+        connect_while_docked(self, napari_viewer.layers.events.inserted, self._offer_image)
+        self._offer_image()
         self._on_image_changed()
+
+    def _offer_image(self, *_):
+        """The user's image, else the one last detected on, else a nuclear stain's channel (not the newest layer)."""
+        choice = preferred_image(list(self.image.choices), picked=self._picked,
+                                 detected=last_detected(self.viewer.layers))
+        if choice is not None and choice is not self.image.value:
+            self.image.value = choice
 
     # -- inputs --------------------------------------------------------------
     def image_layer(self) -> Image | None:
@@ -78,7 +99,8 @@ class DetectWidget(DetectForm):
         except ValueError as exc:
             self._geometry_error = str(exc)
             return self.status.show(self._geometry_error, error=True)
-        self.fit_to(self._geometry, keep_radius=self._radius_touched)
+        self._largest = bound.largest_radius(self._geometry.shape, self._geometry.scale)
+        self.fit_to(self._geometry, keep_radius=self._radius_touched, largest=self._largest)
         self.volume.update_for(layer)
         note = logic.grey_rgb_note(layer)
         if note:  # read as H&E, as on the command line, which says so too
@@ -123,13 +145,24 @@ class DetectWidget(DetectForm):
         message = logic.validate_settings(self.radius.value, has_image=layer is not None and self._geometry is not None)
         if message:
             return self.status.show(message, error=True)
-        return logic.build_request(layer, self._geometry, timelapse=self._timelapse, world_point=self.viewer.dims.point,
-                                   radius=self.radius.value, polarity=self.polarity.value,
-                                   blur=self.blur.value or None, preview=preview,
-                                   view=layers.visible_pixels(self.viewer, layer) if preview else None)
+        built = logic.build_request(layer, self._geometry, timelapse=self._timelapse, world_point=self.viewer.dims.point,
+                                    radius=self.radius.value, polarity=self.polarity.value,
+                                    blur=self.blur.value or None, preview=preview,
+                                    view=layers.visible_pixels(self.viewer, layer) if preview else None,
+                                    detector=self.learn_panel.detector)
+        request = built[0]
+        message = bound.refusal(request.image.shape[:self._geometry.ndim], request.radius, request.spacing,
+                                self._geometry.unit)
+        if message:  # never started: the memory it needs is over the bound
+            return self.status.show(("preview " if preview else "Run ") + message, error=True)
+        return built
 
     # -- running -------------------------------------------------------------
     def _schedule_preview(self, *_):
+        """A setting changed: the running preview is abandoned now (its settings are gone), a new one follows."""
+        if self.preview_runner.job is not None:
+            self.preview_runner.cancel()
+            self.status.show("preview: settings changed…")
         if self.live.value and self.image_layer() is not None and not self.runner.busy:
             self._preview_later()
 
@@ -139,7 +172,8 @@ class DetectWidget(DetectForm):
 
     @property
     def busy(self) -> bool:
-        return self.runner.busy or self.preview_runner.busy or self.volume.busy or self.estimate.busy
+        return (self.runner.busy or self.preview_runner.busy or self.volume.busy or self.estimate.busy
+                or self.learn_panel.busy)
 
     def _on_closed(self):
         """The dock was closed: its preview layers go with it (the runners are closed: no late result re-adds them)."""
@@ -155,15 +189,36 @@ class DetectWidget(DetectForm):
         """Detect on the preview window; the result goes to the preview layer, never to a Run's."""
         if self.runner.busy or self.runner.closed or self.volume.busy:  # a Run is going: it wins
             return
+        if self.preview_runner.busy:  # a superseded preview ends its pass: never two computations at once
+            if not self._preview_waiting:
+                self._preview_waiting = True
+                QTimer.singleShot(30, self._preview_when_idle)
+            return
         built = self._request(preview=True)
         if built is None:
             return
         request, window, frames = built
         shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=True,
                      radius_estimate=self.estimate.estimate_for(self.image_layer()))
+        self._preview_started = time.perf_counter()
         self.preview_runner.start(lambda job: logic.detect_job(request, frames, job.check),
                                   lambda result: self._show(layers.Shown(result=result, **shown), window),
-                                  desc="Detecting nuclei (preview)", inputs=(shown["image"],))
+                                  desc="Detecting nuclei (preview)", inputs=(shown["image"],),
+                                  on_end=self._preview_clock.stop)
+        self._preview_clock.start()
+
+    def _preview_when_idle(self):
+        self._preview_waiting = False
+        self.preview()
+
+    def _preview_progress(self):
+        """After half a second, the running preview's passes in the status line."""
+        job = self.preview_runner.job
+        if job is None:
+            return self._preview_clock.stop()
+        if time.perf_counter() - self._preview_started >= 0.5:
+            bar = job.progress
+            self.status.show(f"preview: pass {bar.n} of {bar.total}…" if bar.total else "preview: starting…")
 
     def run(self):
         """Detect on the whole image; cancels a pending or running preview."""
@@ -175,19 +230,18 @@ class DetectWidget(DetectForm):
         request, _, frames = built
         shown = dict(image=self.image_layer(), geometry=self._geometry, timelapse=self._timelapse, preview=False,
                      radius_estimate=self.estimate.estimate_for(self.image_layer()))
-        self.cancel_button.enabled = True
+        self._running(True)
         self.status.show("running on the whole image" + (f" ({len(frames)} frames)…" if frames else "…"))
         self.runner.start(lambda job: logic.run_detection(request, frames, job.check),
                           lambda result: self._show(layers.Shown(result=result, **shown)), desc="Detecting nuclei",
-                          inputs=(shown["image"],), on_end=lambda: setattr(self.cancel_button, "enabled", False))
-
+                          inputs=(shown["image"],), on_end=lambda: self._running(False))
     def cancel(self):
         self._preview_later.cancel()
         self.preview_runner.cancel()
         self.runner.cancel()
         self.volume.cancel()
         self.estimate.cancel()
-        self.cancel_button.enabled = False
+        self._running(False)
         self.status.show("cancelled")
 
     # -- output (main thread, input layers checked by the runner) ---------------
@@ -243,4 +297,4 @@ class DetectWidget(DetectForm):
         """The current detection settings (for Run on folder and Run on whole volume)."""
         return {"radius": self.radius.value, "polarity": self.polarity.value, "blur": self.blur.value or None,
                 "threshold": self._threshold(), "spacing": None if self._geometry is None else self._geometry.scale,
-                "unit": None if self._geometry is None else self._geometry.unit}
+                "unit": None if self._geometry is None else self._geometry.unit, "detector": self.learn_panel.detector}

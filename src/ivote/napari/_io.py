@@ -51,13 +51,36 @@ def _header_value(path: Path, key: str) -> str | None:
     return None
 
 
+def _is_napari_points_csv(path: Path) -> bool:
+    """napari's own points CSV (``index,axis-0,axis-1,...``, no ``#`` lines): its reader's test, on the header."""
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = [h.strip() for h in fh.readline().strip().split(",")]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return {"axis-0", "axis-1"} <= set(header) and "shape-type" not in header
+
+
+def read_napari_points(path) -> list[tuple]:
+    """napari's points CSV through napari's own reader (every feature kept), for ``*.csv`` files sent to this
+    plugin (a reader preference for ``*.csv``, or ``plugin="napari-ivote"``)."""
+    from napari_builtins.io import csv_to_layer_data
+
+    path = path[0] if isinstance(path, (list, tuple)) else path
+    return [csv_to_layer_data(str(path), require_type="points")]
+
+
 def get_reader(path):
-    """napari reader hook: a reader for one points CSV file, or None."""
+    """napari reader hook: a reader for one points CSV file (ours, or napari's layout), or None."""
     if isinstance(path, (list, tuple)):
         if len(path) != 1:
             return None
         path = path[0]
-    return read_points if _is_points_csv(Path(path)) else None
+    if _is_points_csv(Path(path)):
+        return read_points
+    return read_napari_points if _is_napari_points_csv(Path(path)) else None
 
 
 def _known_unit(name: str) -> bool:
@@ -150,12 +173,20 @@ def write_points(path: str, data, attributes: dict) -> list[str]:
         scores,
         spacing=None if scale is None else tuple(scale)[-ndim:],
         translate=None if translate is None else tuple(translate)[-ndim:],
-        units=units or "pixel",
+        units=units or _no_unit(scale, translate),
         times=times,
         radius=metadata.get("radius"),
         radius_estimated=bool(metadata.get("radius_estimated", False)),
     )
     return [str(path)]
+
+
+def _no_unit(scale, translate) -> str:
+    """The unit of a layer that names none: 'pixel' when its scale is 1 and translate 0, else 'world' (the world
+    coordinates are then not pixels: ``z_world``, as the measurements' ``centroid_z_world``)."""
+    moved = translate is not None and any(float(t) != 0.0 for t in translate)
+    scaled = scale is not None and any(float(s) != 1.0 for s in scale)
+    return "world" if moved or scaled else "pixel"
 
 
 def _is_ivote_points(attributes: dict) -> bool:

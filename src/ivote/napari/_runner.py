@@ -43,6 +43,8 @@ class Job:
         self._cancel = threading.Event()
         self._closed = False
         self.inputs = tuple(inputs)
+        self.stop_reason: str | None = None
+        """Why the job was stopped when not by Cancel (its status line at the end), else None."""
         self.progress = cancelable_progress(total=total, desc=desc, cancel_callback=self.cancel)
 
     @property
@@ -121,6 +123,13 @@ def watch_gone(native) -> GoneWatcher:
 _WATCHERS: dict[int, GoneWatcher] = {}
 
 
+def _disconnect(emitter, callback):
+    try:
+        emitter.disconnect(callback)
+    except (RuntimeError, ValueError, TypeError):  # a closed viewer's emitters may be gone already
+        pass
+
+
 class Runner:
     """Runs a widget's core calls in a worker thread, one at a time."""
 
@@ -132,6 +141,17 @@ class Runner:
         self._workers: set = set()
         self.closed = False
         watch_gone(native).callbacks.append(self.close)
+        layers_events = getattr(getattr(viewer, "layers", None), "events", None)
+        if layers_events is not None:  # an input layer removed mid-run: stop now, as Cancel does
+            layers_events.removed.connect(self._on_layer_removed)
+            watch_gone(native).callbacks.append(lambda: _disconnect(layers_events.removed, self._on_layer_removed))
+
+    def _on_layer_removed(self, event):
+        job = self.job
+        if job is not None and any(layer is event.value for layer in job.inputs):
+            job.stop_reason = f"'{event.value.name}' was removed: the run stopped; nothing was added."
+            self.cancel()
+            self._set_status(job.stop_reason, True)
 
     @property
     def busy(self) -> bool:
@@ -191,7 +211,9 @@ class Runner:
         if on_end is not None and (current or self.job is None):
             on_end()
         if isinstance(value, Cancelled) or not current:
-            if self.job is None and self._report_cancel:
+            if job.stop_reason is not None:
+                self._set_status(job.stop_reason, True)
+            elif self.job is None and self._report_cancel:
                 self._set_status("cancelled", False)
             return
         gone = [layer.name for layer in job.inputs if layer not in self.viewer.layers]

@@ -7,16 +7,19 @@ import math
 import numpy as np
 from magicgui.widgets import CheckBox, ComboBox, Container, FloatSpinBox, PushButton, SpinBox
 from napari.layers import Image, Points
+from napari.utils.notifications import show_warning
 
 from .. import _backend
 from .._files import adopt_file_scale
 from .._validate import MIN_RADIUS_PIXELS
 from ..segment import DEFAULT_WEIGHTS, segment_nuclei
+from ._choice import last_detected, preferred_image
 from ._detect_logic import fit_radius, layer_geometry
+from ._export import add_outlines_button
 from ._names import LABELS, NUCLEI, result_name
 from ._radius_estimate import EstimatePanel
 from ._widgets_common import (DockWidget, Status, connect_while_docked, layer_choices, polarity_for, show_result,
-                              spatial_transform, world_to_pixels)
+                              spatial_transform, warm_labels_display, world_to_pixels)
 
 WEIGHTS = (("lambda1", "λ₁ (inside fit)", "lambda1", "Weight of the fit of the intensity inside each nucleus."),
            ("lambda2", "λ₂ (outside fit)", "lambda2", "Weight of the fit of the background intensity."),
@@ -62,12 +65,26 @@ class SegmentWidget(DockWidget):
                                          self.iterations, self.advanced, self.weights_panel, buttons, self.status],
                          run_button=self.run_button, cancel_button=self.cancel_button)
         self.estimate.attach()
+        self.export_button = add_outlines_button(self)  # GeoJSON, Fiji ROI set or CSV (._export)
         connect_while_docked(self, napari_viewer.layers.events.removed, lambda event: self.estimate.forget(event.value))
         self.run_button.changed.connect(self.run)
         self.cancel_button.changed.connect(self.cancel)
         self.image.changed.connect(self._on_image_changed)
         self.seeds.changed.connect(self._on_seeds_changed)
+        self._picked = None  # the image the user chose in the list, kept over newer layers
+        self.image.native.activated.connect(lambda *_: setattr(self, "_picked", self.image.value))
+        connect_while_docked(self, napari_viewer.layers.events.inserted, self._offer_image)
+        self._offer_image()
         self._on_image_changed()
+
+    def _offer_image(self, *_):
+        """The user's image, else the one the seeds (or the last Run) were found on, else a nuclear stain's channel."""
+        seeds = self.seeds.value
+        source = seeds.metadata.get("ivote_image") if seeds is not None else None
+        detected = self.viewer.layers[source] if source in self.viewer.layers else last_detected(self.viewer.layers)
+        choice = preferred_image(list(self.image.choices), picked=self._picked, detected=detected)
+        if choice is not None and choice is not self.image.value:
+            self.image.value = choice
 
     def _geometry(self):
         """The chosen image's geometry; None for none, or one Segment does not take (4D, a time-lapse)."""
@@ -144,8 +161,10 @@ class SegmentWidget(DockWidget):
             from ..detect import hematoxylin_density
 
             grey = hematoxylin_density(np.asarray(data)) if rgb else np.asarray(data)
-            return _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
-                                                   **kwargs))
+            labels = _backend.to_host(segment_nuclei(grey, seeds, iter_callback=lambda i, _c: job.check(i, total),
+                                                     **kwargs))
+            warm_labels_display(labels)
+            return labels
 
         estimate = self.estimate.estimate_for(image)
         if (estimate is not None and abs(radius - estimate) <= 0.5 * 10.0 ** -self.radius.native.decimals()
@@ -154,13 +173,19 @@ class SegmentWidget(DockWidget):
         metadata = {"radius": float(radius)}  # with the Estimate button's value, as the Detect dock stores it
         if estimate is not None:
             metadata.update(radius_estimate=float(estimate), radius_estimated=radius == float(estimate))
-        self.status.show(f"segmenting {len(seeds)} seeds…")
-        self.start(work, lambda labels: self._show(image, labels, len(seeds), metadata), desc="Segmenting nuclei",
-                   total=total, inputs=(image, points))
+        source = points.metadata.get("ivote_image")
+        mismatch = ""
+        if source is not None and source != image.name:  # e.g. another image's seeds replacing good labels
+            mismatch = f"seeds '{points.name}' were found on '{source}', not on '{image.name}'"
+            show_warning(f"napari-ivote: {mismatch}")
+        self.status.show(f"segmenting {len(seeds)} seeds…" + (f" ({mismatch})" if mismatch else ""), error=bool(mismatch))
+        self.start(work, lambda labels: self._show(image, labels, len(seeds), metadata, mismatch),
+                   desc="Segmenting nuclei", total=total, inputs=(image, points))
 
-    def _show(self, image, labels, n_seeds, metadata):
+    def _show(self, image, labels, n_seeds, metadata, mismatch=""):
         show_result(self.viewer, result_name(LABELS, image.name), labels, metadata=metadata,
                     **spatial_transform(image, labels.ndim))
         count = len(np.unique(labels)) - 1
         self.status.show(f"{count} nuclei from {n_seeds} seeds" +
-                         (f" ({n_seeds - count} dropped: faint, merged or duplicate)" if count < n_seeds else ""))
+                         (f" ({n_seeds - count} dropped: faint, merged or duplicate)" if count < n_seeds else "") +
+                         (f"; warning: {mismatch}" if mismatch else ""), error=bool(mismatch))

@@ -1,13 +1,13 @@
 """Whole slides in napari: SVS, NDPI and pyramidal (OME-)TIFF open as a multiscale layer (every
-level of the pyramid, read tile by tile, scale in micrometres), and "Run on whole volume" reads
+level of the pyramid, read tile by tile, scale in micrometres), and "Run in blocks (whole image)" reads
 an RGB slide as its hematoxylin density block by block, glass skipped (``ivote._slides``,
 ``ivote.detect._colour_blocks``: no math here)."""
 
 from __future__ import annotations
 
-from .._slides import SLIDE_SUFFIXES, pyramid_of
+from .._slides import SLIDE_SUFFIXES
 
-__all__ = ["get_slide_reader", "multiscale_data", "read_slide_layers", "slide_signal"]
+__all__ = ["get_slide_reader", "read_slide_layers", "slide_signal"]
 
 PATTERNS = SLIDE_SUFFIXES
 
@@ -28,15 +28,8 @@ def read_slide_layers(path) -> list[tuple]:
     return read_image_layers(path)
 
 
-def multiscale_data(image):
-    """The levels of ``image`` (an ``ivote.ImageFile``) when it is a tiled pyramid read at level 0, for a
-    multiscale layer (:func:`ivote._slides.pyramid_of`); else its data."""
-    levels = pyramid_of(image)
-    return levels if len(levels) > 1 else image.data
-
-
 def slide_signal(layer):
-    """What "Run on whole volume" detects on for an RGB layer: its full-resolution level as the
+    """What "Run in blocks (whole image)" detects on for an RGB layer: its full-resolution level as the
     hematoxylin density, glass (a tissue mask from the smallest level) read as 0 and skipped."""
     from ..detect._colour_blocks import HematoxylinBlocks, tissue_mask
 

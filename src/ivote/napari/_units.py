@@ -7,7 +7,7 @@ import numpy as np
 
 __all__ = ["is_micrometre", "unit_label", "unit_name"]
 
-_NOT_UNITS = ("", "pixel", "pixels", "px", "world units", "none")  # 'world units': our label for no known unit
+_NOT_UNITS = ("", "pixel", "pixels", "px", "world", "world units", "none")  # 'world (units)': a scale, no unit
 _SHORT = {"µm": "um", "μm": "um", "micrometer": "um", "micrometre": "um", "micron": "um", "microns": "um",
           "nanometer": "nm", "nanometre": "nm", "millimeter": "mm", "millimetre": "mm"}
 _LABEL = {"um": "µm"}

@@ -162,6 +162,22 @@ def show_result(viewer, name: str, data, layer_type: str = "labels", **attribute
     return getattr(viewer, f"add_{layer_type}")(data, name=name, **attributes)
 
 
+def warm_labels_display(labels):
+    """Load napari's compiled colouring of a Labels layer for ``labels``' dtype in this (worker) thread: napari
+    compiles it (Numba, from its cache) on the first Labels layer it draws, and on the main thread that froze the
+    event loop for 1.5 s after the first segmentation."""
+    try:
+        from napari.utils.colormaps import label_colormap
+        from napari.utils.colormaps.colormap import _cast_labels_data_to_texture_dtype_auto
+    except ImportError:  # another napari: nothing to warm
+        return
+    tile = np.ascontiguousarray(np.asarray(labels)[(slice(0, 2),) * np.ndim(labels)])
+    try:
+        _cast_labels_data_to_texture_dtype_auto(tile, label_colormap())
+    except Exception:  # noqa: BLE001 (an optimisation only: napari colours the layer anyway)
+        pass
+
+
 class BackendLabel(Label):
     """Where the computation runs (the GPU's name, or the CPU and its threads), word-wrapped so that a long
     name does not widen the dock and squeeze the canvas."""
@@ -175,13 +191,19 @@ class BackendLabel(Label):
         self.native.setMinimumWidth(120)
 
 
+STATUS_LINES = 3
+"""Lines a status shows at most (the dock stays put); the whole text is its tooltip."""
+
+
 class Status(Label):
-    """A word-wrapped status line that turns red for errors."""
+    """A word-wrapped status line of at most :data:`STATUS_LINES` lines that turns red for errors."""
 
     def __init__(self):
         super().__init__(value="", label="")
         self.native.setWordWrap(True)
         self.native.setMinimumWidth(120)
+        metrics = self.native.fontMetrics()
+        self.native.setMaximumHeight(STATUS_LINES * metrics.lineSpacing() + 4)
 
     def show(self, text: str, error: bool = False):
         self.value = text
@@ -230,6 +252,18 @@ def world_to_pixels(points_layer, image: Image) -> np.ndarray:
     return pixels
 
 
+def short_title(title: str) -> str:
+    """A dock's title without napari's " (<plugin name>)" suffix, for a tab.
+
+    >>> short_title("Detect nuclei (IVote nuclei)"), short_title("Segment nuclei (napari-ivote)")
+    ('Detect nuclei', 'Segment nuclei')
+    """
+    for suffix in (" (IVote nuclei)", " (napari-ivote)"):  # the plugin's display name, or its package name
+        if title.endswith(suffix):
+            return title[: -len(suffix)]
+    return title
+
+
 def tab_with_siblings(native):
     """When docked and first shown, stack this widget as a tab of an already docked napari-ivote widget.
 
@@ -253,6 +287,8 @@ def tab_with_siblings(native):
                         if (other is not dock and inner is not None and inner.property("ivote_widget")
                                 and other.isVisible() and window.dockWidgetArea(other) == area):
                             window.tabifyDockWidget(other, dock)
+                            for tabbed in (other, dock):  # "Detect nuclei", not a cut "Detect nuclei (IVote..."
+                                tabbed.setWindowTitle(short_title(tabbed.windowTitle()))
                             dock.raise_()
                             break
             return False

@@ -44,9 +44,19 @@ def _auto_radius(args, image, spacing, polarity, *, chunked=False) -> float:
     return float(radius)
 
 
+def _output_format(args) -> str:
+    """``--format``, else from ``--out``'s suffix: 'labels' (OME-TIFF/OME-Zarr), 'geojson' or 'roi-zip'."""
+    if args.format is not None:
+        return args.format
+    suffix = Path(args.out).suffix.lower()
+    return {".geojson": "geojson", ".json": "geojson", ".zip": "roi-zip"}.get(suffix, "labels")
+
+
+_OUT_SUFFIXES = {"labels": (".tif", ".tiff", ".zarr"), "geojson": (".geojson", ".json"), "roi-zip": (".zip",)}
+
+
 def _cmd_segment_chunked(args) -> int:
     """Segment block by block on Dask (``ivote.distributed.segment_chunked``); labels to OME-Zarr."""
-    import shutil
 
     import numpy as np
 
@@ -57,6 +67,9 @@ def _cmd_segment_chunked(args) -> int:
     from ..distributed._options import chunks_option, engine
     from ..io import check_output_path, read_points_csv
 
+    if _output_format(args) != "labels":
+        raise ValueError(f"--format {_output_format(args)} is written from labels in memory: segment block by block "
+                         "to .zarr, then 'ivote export LABELS.zarr --out FILE' (or drop --chunks/--scheduler)")
     out = check_output_path(args.out, (".zarr",))
     image = open_image(args.input, axes=args.axes, scene=None if str(args.scene).lower() == "all" else args.scene)
     image = image.select_channel(args.channel)
@@ -73,9 +86,9 @@ def _cmd_segment_chunked(args) -> int:
     points = np.asarray(table.points, dtype=float).reshape(-1, len(image.spatial_axes))
     radius = _auto_radius(args, grey, spacing, polarity, chunked=True)
     start = time.perf_counter()
-    scratch = out.parent / f".{out.name}.ivote-labels"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
+    from .._atomic import private_folder
+
+    with private_folder(out, "ivote-labels") as scratch:  # this run's own: never shared, removed on SIGTERM
         with engine(args, worker_memory=False):
             if not args.quiet:
                 print(f"segmenting {len(points)} seeds in {'x'.join(map(str, image.shape))} voxels block by block "
@@ -90,8 +103,6 @@ def _cmd_segment_chunked(args) -> int:
             with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
                 written = write_image(out, da.from_zarr(result.labels), axes=image.spatial_axes, spacing=spacing,
                                       translate=image.origin if spacing is not None else None, name="labels")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     print(f"{result.count} nuclei from {len(points)} seeds in {time.perf_counter() - start:.2f} s, blocks of "
           f"{'x'.join(map(str, result.chunks))}, {result.iterations} iterations, {result.passes} pass(es), "
           f"{result.seam_merges} seam merges -> {written}")
@@ -111,7 +122,8 @@ def _cmd_segment(args) -> int:
     from ..io import check_output_path, read_points_csv
     from ._segment import segment_nuclei
 
-    check_output_path(args.out, (".tif", ".tiff", ".zarr"), inputs=(args.input, args.points))
+    out_format = _output_format(args)
+    check_output_path(args.out, _OUT_SUFFIXES[out_format], inputs=(args.input, args.points))
     for scene, out in input_scenes(args):
         with cli_progress(args.quiet) as progress, progress.step("reading the image"):
             image, found = read_for_detection(args.input, axes=args.axes, channel=args.channel, scene=scene,
@@ -142,6 +154,9 @@ def _cmd_segment(args) -> int:
         options = dict(radius=radius, spacing=spacing, polarity=polarity, iterations=args.iterations,
                        backend=args.backend)
         start = time.perf_counter()
+        if "T" in found.axes and out_format != "labels":
+            raise ValueError(f"{found.axes} is a time-lapse: --format {out_format} takes one 2D or 3D image; write "
+                             "the labels (.ome.tif) and export one frame")
         if "T" in found.axes:
             from .._frames import segment_frames
 
@@ -163,8 +178,14 @@ def _cmd_segment(args) -> int:
             axes = spatial
         seconds = time.perf_counter() - start
         with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
-            out = write_image(out, np.asarray(labels).astype(np.int32), axes=axes, spacing=spacing,
-                              translate=found.origin if spacing is not None else None, name="labels")
+            if out_format != "labels":  # outlines with their measurements, for QuPath or Fiji (ivote.export)
+                from ..export import export_labels
+
+                out = export_labels(out, np.asarray(labels), to=out_format, spacing=spacing,
+                                    translate=found.origin if spacing is not None else None)
+            else:
+                out = write_image(out, np.asarray(labels).astype(np.int32), axes=axes, spacing=spacing,
+                                  translate=found.origin if spacing is not None else None, name="labels")
         if report is None:
             n_objects = sum(len(np.unique(frame)) - 1 for frame in labels)
             report = f"{n_objects} nuclei from {len(points)} seeds"
@@ -212,7 +233,10 @@ def register(subparsers) -> None:
                          help="halo: evolve with each block's nuclei those within K overlapping boxes (default 2)")
     parser.add_argument("--out", required=True,
                         help="output labels (int32): OME-TIFF (.ome.tif, .tif) or OME-Zarr (.ome.zarr, for large "
-                             "ones), with the pixel sizes in micrometres")
+                             "ones), with the pixel sizes in micrometres; or outlines: .geojson, .zip (--format)")
+    parser.add_argument("--format", choices=("labels", "geojson", "roi-zip"), default=None,
+                        help="labels (an image), geojson (QuPath polygon detections with their measurements) or "
+                             "roi-zip (Fiji ROI set), see docs/qupath-fiji.md (default: from --out's suffix)")
     parser.set_defaults(func=_cmd_segment)
 
 

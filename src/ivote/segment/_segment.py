@@ -152,10 +152,12 @@ def _check_seeds(seeds, shape) -> np.ndarray:
     rounded = np.rint(seeds).astype(np.int64)
     outside = np.any((rounded < 0) | (rounded >= np.asarray(shape)), axis=1)
     if outside.any():
-        bad = seeds[np.flatnonzero(outside)[0]]
+        first_bad = np.flatnonzero(outside)[0]
+        bad, pixel = seeds[first_bad], rounded[first_bad]
         raise ValueError(
-            f"seeds must lie inside the image (0 <= coordinate < {shape} per axis); "
-            f"{int(outside.sum())} do not, e.g. {bad.tolist()}"
+            f"seeds must lie inside the image: each rounds to its nearest pixel, which must satisfy "
+            f"0 <= pixel < {shape} per axis (-0.5 <= coordinate < size - 0.5); {int(outside.sum())} do not, "
+            f"e.g. {bad.tolist()}, which rounds to {pixel.tolist()}"
         )
     _, first = np.unique(rounded, axis=0, return_index=True)
     return seeds[np.sort(first)]
@@ -422,7 +424,7 @@ def segment_nuclei(
     ----------
     .. [1] S. Ali, A. Madabhushi, "Graphical processing unit implementation of an
        integrated shape-based active contour: application to digital pathology",
-       J. Pathol. Inform. 2:13 (2011). :DOI:`10.4103/2153-3539.92028`
+       J. Pathol. Inform. 2:13 (2011). :DOI:`10.4103/2153-3539.92029`
     .. [2] S. Ali, A. Madabhushi, "An integrated region-, boundary-, shape-based
        active contour for multiple object overlap resolution in histological
        imagery", IEEE Trans. Med. Imaging 31(7):1448-1460 (2012).

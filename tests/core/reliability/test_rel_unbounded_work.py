@@ -88,11 +88,11 @@ def test_blur_counts_in_the_work_estimate(monkeypatch, nuclei_2d):
 def test_detection_memory_limit(monkeypatch, nuclei_2d):
     import re
 
-    from ivote.detect._voting import cpu_detection_memory
+    from ivote.detect import detection_memory
 
     monkeypatch.setenv("IVOTE_MAX_MEMORY", "64K")
     for backend in ("numpy", "numba"):
-        expected = format_bytes(cpu_detection_memory(nuclei_2d[0].size, backend))
+        expected = format_bytes(detection_memory(nuclei_2d[0].shape, 4, backend=backend))
         with pytest.raises(ResourceLimitError, match=rf"about {re.escape(expected)} of memory, above the limit of 64 KB"):
             iterative_voting(nuclei_2d[0], radius=4, backend=backend)
 
