@@ -219,7 +219,8 @@ def test_constant_image_gives_no_cells():
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda im: detect_chunked(np.zeros((40, 40, 3)), RADIUS), ValueError, "RGB"),
+    (lambda im: detect_chunked(im, RADIUS, stains="auto"), ValueError, "RGB"),
+    (lambda im: detect_chunked(np.zeros((40, 40, 3)), RADIUS, tissue="everywhere"), ValueError, "tissue"),
     (lambda im: detect_chunked(im, "big"), ValueError, "radius"),
     (lambda im: detect_chunked(im, RADIUS, features=im), TypeError, "features"),
     (lambda im: detect_chunked(im, RADIUS, chunks=0), ValueError, "chunks"),

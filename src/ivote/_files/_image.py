@@ -263,7 +263,7 @@ def _name_axes(raw: _Raw, axes: str | None) -> ImageFile:
     # canonical order, singleton T/C/Z dropped
     order = sorted(range(len(named)), key=lambda i: CANONICAL.index(named[i]))
     try:
-        data = data.transpose(order)
+        data = data.transpose(order) if order != sorted(order) else data  # identity: keep the reader's array
     except ValueError as exc:  # NumPy's "axes don't match array", without the file's name
         raise AxesError(f"{filename}: the axes {named} ({source}) do not fit its array of shape {shape} ({exc}); "
                         "name them with --axes (axes= in Python), one letter per axis") from None

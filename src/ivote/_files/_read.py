@@ -26,6 +26,7 @@ from ._image import (
 )
 from ._metadata import _check_ome_planes, _imagej_spacing, _json_description, _ome_tiff_metadata, _resolution_spacing
 from ._zarr import _open_zarr
+from .._slides import SLIDE_SUFFIXES, is_tiled, slide_levels, slide_spacing
 
 __all__ = ["adopt_file_scale", "list_scenes", "not_regular_file", "open_image", "read_for_detection", "scale_for_layer"]
 
@@ -131,7 +132,7 @@ def _open_raw(path: Path, scene) -> _Raw:
     name = path.name.lower()
     if path.is_dir() or name.endswith(".zarr"):
         raw = _open_zarr(path, scene)
-    elif name.endswith(TIFF_SUFFIXES):
+    elif name.endswith(TIFF_SUFFIXES + SLIDE_SUFFIXES):
         raw = _open_tiff(path, scene)
     elif name.endswith(PLAIN_SUFFIXES):
         raw = _open_plain(path, scene)
@@ -153,6 +154,7 @@ def _open_tiff(path: Path, scene) -> _Raw:
         s = series[index]
         stored_axes, shape, dtype = s.axes, tuple(s.shape), s.dtype
         page = s.pages[0] if s.pages else tif.pages[0]
+        tiled = is_tiled(s)  # a whole slide or other tiled image: read tile by tile (ivote._slides)
         spacing, names, interval, origin = {}, None, None, {}
         three_from_json = False
         if is_ome:
@@ -183,7 +185,9 @@ def _open_tiff(path: Path, scene) -> _Raw:
         axes = "".join(a if a in "YXS" else "?" for a in axes)
         if axes.endswith("S"):
             axes_from = "TIFF photometric tag"
-    data = _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
+    if tiled and not spacing:
+        spacing = slide_spacing(path, index)
+    data = slide_levels(path, index)[0] if tiled else _tiff_dask(path, index, stored_axes, shape, dtype, is_ome)
     return _Raw(data, axes, axes_from, spacing, scenes, scenes[index], names, interval, three_from_json,
                 origin=origin)
 

@@ -162,9 +162,9 @@ def _open_grey(path, args, scene):
     from .._files import open_image
 
     image = open_image(path, axes=args.axes, scene=scene).select_channel(args.channel)
-    if set(image.axes) - set("ZYX"):
+    if set(image.axes) - set("ZYX") and image.axes != "YXS":  # YXS: H&E, block by block (detect/_colour_blocks.py)
         raise ValueError(f"{path} has axes {image.axes} (shape {image.shape}); block-by-block detection takes one "
-                         "grey 2D or 3D image: pick a channel with --channel, or run a time-lapse or RGB image "
+                         "grey 2D or 3D image or a 2D RGB one: pick a channel with --channel, or run a time-lapse "
                          "without --chunks/--scheduler/--gpus/--memory-limit")
     return image
 
@@ -179,8 +179,12 @@ def _detect_chunked_file(args, scene, out, settings) -> str:
     image = _open_grey(args.input, args, scene)
     spacing = command_spacing(image, args.spacing, command="ivote detect")
     options = dict(settings["options"])
-    if options.pop("stains") is not None:
-        raise ValueError("--stains is for RGB images, which are not detected block by block")
+    if image.is_rgb:
+        from ._colour_blocks import slide_tissue
+
+        options["tissue"] = None if args.tissue == "none" else slide_tissue(image)
+    elif options.pop("stains") is not None:
+        raise ValueError("--stains is for RGB images")
     if settings["features"]:
         raise ValueError("--features is not detected block by block; drop --chunks/--scheduler/--gpus/--memory-limit")
     radius = options.pop("radius")
@@ -338,6 +342,10 @@ def register(subparsers) -> None:
     parser.add_argument("--stains", choices=("fixed", "auto"), default="fixed",
                         help="for RGB H&E input: Ruifrok's fixed stain vectors (default) or vectors estimated "
                              "from the image (Macenko)")
+    parser.add_argument("--tissue", choices=("auto", "none"), default="auto",
+                        help="for RGB H&E input detected block by block: glass (a tissue mask from the "
+                             "pyramid's smallest level, else every 32nd pixel) reads as 0 and its blocks are "
+                             "skipped (default), or none")
     parser.add_argument("--features", default=None, metavar="MODEL|learn|learn-map",
                         help="ConvRBM .npz from 'ivote features fit': vote on its feature map instead of the blurred "
                              "image; 'learn': fit the recommended ConvRBM on each image first and vote on its "

@@ -102,7 +102,11 @@ def stain_vectors(rgb: ArrayLike | Array, *, min_density: float = _MACENKO_MIN_D
     unit = _unit_rgb(rgb, xp)
     flat = unit.reshape(-1, 3)
     step = max(1, flat.shape[0] // _MACENKO_SAMPLE)
-    density = to_host(_optical_density(flat[::step], xp))
+    return _fit_stain_vectors(to_host(_optical_density(flat[::step], xp)), min_density, percentile)
+
+
+def _fit_stain_vectors(density, min_density, percentile) -> np.ndarray:
+    """Macenko's fit on sampled optical densities (N, 3): see :func:`stain_vectors`."""
     stained = density[np.linalg.norm(density, axis=1) >= min_density]
     if len(stained) < 100:
         return _RUIFROK_HE.copy()
@@ -157,6 +161,8 @@ def hematoxylin_density(rgb: ArrayLike | Array, stains: str | ArrayLike | None =
     """
     xp = get_array_module(rgb)
     if stains is None:
+        if xp is np and np.asarray(rgb).dtype == np.uint8:
+            return _density_by_table(rgb, _ruifrok_optical, _HEMATOXYLIN_FROM_RGB)
         unit = _unit_rgb(rgb, xp)
         optical = xp.log(xp.maximum(unit, _LOG_FLOOR)) / np.log(_LOG_FLOOR)
         m0, m1, m2 = _HEMATOXYLIN_FROM_RGB
@@ -170,10 +176,48 @@ def hematoxylin_density(rgb: ArrayLike | Array, stains: str | ArrayLike | None =
     if stains.shape != (2, 3) or not np.all(np.isfinite(stains)) or np.linalg.matrix_rank(stains) < 2:
         raise ValueError(f"stains must be a (2, 3) array of two independent optical-density vectors; got {stains!r}")
     unmix = np.linalg.pinv(stains)[:, 0]  # optical density -> hematoxylin amount (least squares)
+    if xp is np and np.asarray(rgb).dtype == np.uint8:
+        return _density_by_table(rgb, lambda unit: _optical_density(unit, np), unmix)
     optical = _optical_density(_unit_rgb(rgb, xp), xp)
     m0, m1, m2 = (float(v) for v in unmix)
     density = optical[..., 0] * m0 + optical[..., 1] * m1 + optical[..., 2] * m2
     return xp.maximum(density, 0.0)
+
+
+def _ruifrok_optical(unit):
+    return np.log(np.maximum(unit, _LOG_FLOOR)) / np.log(_LOG_FLOOR)
+
+
+def _density_by_table(rgb, optical, weights):
+    """``max(optical(R) w0 + optical(G) w1 + optical(B) w2, 0)`` of uint8 RGB through one 256-entry
+    table per channel: the same float64 products and sums as element by element (bit for bit),
+    without a logarithm per pixel."""
+    unit = np.arange(256, dtype=np.float64) / 255.0
+    tables = np.stack([optical(unit) * float(w) for w in weights])
+    rgb = np.asarray(rgb)
+    density = np.empty(rgb.shape[:-1], dtype=np.float64)
+    if rgb.size:
+        _table_density(rgb.reshape(-1, rgb.shape[-1]), tables, density.reshape(-1))
+    return density
+
+
+def _table_density_loop(rgb, tables, out):
+    """out[i] = max(t0[r] + t1[g] + t2[b], 0) per pixel (the NumPy expression's order of sums)."""
+    for i in range(rgb.shape[0]):
+        value = tables[0, rgb[i, 0]] + tables[1, rgb[i, 1]] + tables[2, rgb[i, 2]]
+        out[i] = value if value > 0.0 else 0.0
+
+
+def _table_density(rgb, tables, out):
+    global _table_density_compiled
+    if _table_density_compiled is None:
+        from numba import njit
+
+        _table_density_compiled = njit(nogil=True, cache=True)(_table_density_loop)
+    _table_density_compiled(rgb, tables, out)
+
+
+_table_density_compiled = None
 
 
 def reads_as_rgb(shape) -> bool:

@@ -68,7 +68,7 @@ THREADS = 4
 #: most blocks per axis the default chunking considers
 _MOST_SPLITS = 32
 
-_DETECT_OPTIONS = ("polarity", "blur", "threshold", "min_contrast", "backend")
+_DETECT_OPTIONS = ("polarity", "blur", "threshold", "min_contrast", "backend", "stains", "tissue")
 _GPU_LOCK = threading.Lock()  # one block at a time on this process's GPU (threads scheduler)
 
 
@@ -121,10 +121,12 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
 
     Parameters
     ----------
-    image : 2D or 3D grey array-like
+    image : 2D or 3D grey, or 2D RGB(A) (Y, X, 3|4), array-like
         NumPy, Dask or Zarr array (anything sliceable that gives array blocks);
-        only the blocks of running tasks are in memory. RGB is refused: pass one
-        channel, or ``ivote.detect.hematoxylin_density`` of each block.
+        only the blocks of running tasks are in memory. RGB is read as H&E, each
+        block as its hematoxylin density with the slide-wide ``stains`` and
+        white level, glass skipped with a ``tissue`` mask
+        (``ivote.detect._colour_blocks.HematoxylinBlocks``).
     radius : float or 'auto'
         Largest nucleus radius, in the units of ``spacing`` (as in
         :func:`ivote.iterative_voting`). ``'auto'`` estimates it on the image's
@@ -169,8 +171,10 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         few voxels of margin and the detection pass reads it again. Default: a
         quarter of the host's physical memory; 0: never keep.
     **detect_kwargs
-        ``polarity``, ``blur``, ``threshold``, ``min_contrast``, ``backend``, as
-        in :func:`ivote.iterative_voting`.
+        ``polarity``, ``blur``, ``threshold``, ``min_contrast``, ``backend``,
+        ``stains`` (RGB), as in :func:`ivote.iterative_voting`; ``tissue`` (RGB:
+        None, ``'auto'`` or a ``TissueMask``; glass reads as 0 and its blocks
+        are not detected).
 
     Returns
     -------
@@ -199,7 +203,16 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     unknown = sorted(set(detect_kwargs) - set(_DETECT_OPTIONS))
     if unknown:
         raise TypeError(f"detect_chunked got unsupported option(s) {', '.join(unknown)}; it takes "
-                        f"{', '.join(_DETECT_OPTIONS)} (RGB, features and stains are not chunked)")
+                        f"{', '.join(_DETECT_OPTIONS)} (features are not chunked)")
+    from ..detect._colour_blocks import HematoxylinBlocks
+
+    colour = {k: detect_kwargs.pop(k) for k in ("stains", "tissue") if k in detect_kwargs}
+    if len(getattr(image, "shape", ())) == 3 and image.shape[-1] in (3, 4):  # H&E: each block's hematoxylin
+        image = HematoxylinBlocks(image, **colour)
+    elif any(v is not None for v in colour.values()):
+        raise ValueError(f"{' and '.join(colour)} are for RGB(A) images (Y, X, 3|4); this image is grey")
+    if isinstance(image, HematoxylinBlocks):
+        detect_kwargs["polarity"] = "bright"  # hematoxylin density: nuclei bright, as in memory
     shape, dtype = _check_array(image)
     ndim = len(shape)
     polarity = detect_kwargs.get("polarity", "bright")
@@ -276,11 +289,15 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         passing = np.asarray(contrast) >= min_contrast
         on_block(coords[passing].astype(np.float64), values[passing] / float(plan.weight_scale))
 
-    sources = [f.block if keep else _source(image, region) for f, region in zip(found, detect_regions)]
+    glass = getattr(image, "is_glass", None)  # a block without tissue (halo included) has no vote: skipped
+    detected = [k for k, region in enumerate(detect_regions) if glass is None or not glass(region)]
+    if len(detected) < len(blocks):
+        runner.skip(len(blocks) - len(detected))
+    sources = [found[k].block if keep else _source(image, detect_regions[k]) for k in detected]
     del found
     results = runner.run(_detect_task, [
-        (source, owned, region, plan, sign, blur, spacing, given, backend, limit)
-        for source, owned, region in zip(sources, blocks, detect_regions)], scheduler,
+        (source, blocks[k], detect_regions[k], plan, sign, blur, spacing, given, backend, limit)
+        for source, k in zip(sources, detected)], scheduler,
         each=None if on_block is None else stream)
     del sources
     coords = np.concatenate([r[0] for r in results]) if results else np.zeros((0, ndim), np.int64)
@@ -319,9 +336,6 @@ def _check_array(image) -> tuple:
     dtype = np.dtype(dtype)
     if len(shape) not in (2, 3):
         raise ValueError(f"image must be 2D (Y, X) or 3D (Z, Y, X) grey; got shape {shape}")
-    if len(shape) == 3 and shape[-1] in (3, 4):
-        raise ValueError(f"image of shape {shape} reads as RGB(A), which is not chunked: pass one channel "
-                         "(image[..., c]) or its hematoxylin density (ivote.detect.hematoxylin_density)")
     if dtype.kind not in "biuf":
         raise TypeError(f"image must be real-valued (bool, integer or float); got dtype {dtype}")
     if math.prod(shape) == 0:

@@ -54,7 +54,7 @@ class VolumePanel(Container):
     def update_for(self, layer):
         """Shown for lazy layers the engine takes (2D/3D grey, not a time-lapse)."""
         widget = self.detect_widget
-        self.visible = bool(logic.is_lazy(layer) and not layer.rgb and not widget._timelapse)
+        self.visible = bool(logic.is_lazy(layer) and not widget._timelapse)  # RGB: H&E (._slide_reader)
         flat = widget._geometry is not None and widget._geometry.ndim == 2
         self.run_button.text = "Run in blocks (whole image)" if flat else "Run on whole volume"  # a plane is no volume
 
@@ -63,15 +63,18 @@ class VolumePanel(Container):
         layer, geometry = widget.image_layer(), widget._geometry
         if layer is None or geometry is None:
             return widget.status.show(widget._geometry_error or "Add or select an image layer first.", error=True)
-        if layer.rgb or widget._timelapse:
-            return widget.status.show("Run on whole volume takes 2D or 3D grey images (not RGB, not a time-lapse).",
-                                      error=True)
+        if widget._timelapse:
+            return widget.status.show("Run on whole volume takes 2D or 3D images (not a time-lapse).", error=True)
         if chunked_engine() is None:
             return widget.status.show("This installation has no chunked engine (ivote.distributed.detect_chunked); "
                                       "use Run.", error=True)
         widget.preview_runner.cancel()
         widget.runner.cancel()
         image = layer.data[0] if layer.multiscale else layer.data
+        if layer.rgb:  # H&E: the hematoxylin density block by block, glass skipped
+            from ._slide_reader import slide_signal
+
+            image = slide_signal(layer)
         settings = widget.settings()
         shown = dict(image=layer, geometry=geometry, timelapse=False, preview=False,
                      radius_estimate=widget.estimate.estimate_for(layer))

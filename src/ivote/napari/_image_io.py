@@ -45,4 +45,8 @@ def read_image_layers(path) -> list[tuple]:
             attributes["name"] = [str(c) for c in image.channel_names]
     if image.is_rgb:
         attributes["rgb"] = True
-    return [(image.data, attributes, "image")]
+    from .._slides import pyramid_of  # a tiled pyramid (whole slide): every level
+
+    levels = pyramid_of(image) if "C" not in image.axes else [image.data]
+    data = levels if len(levels) > 1 else image.data
+    return [(data, {**attributes, "multiscale": len(levels) > 1}, "image")]

@@ -73,13 +73,18 @@ def _cmd_segment_chunked(args) -> int:
     out = check_output_path(args.out, (".zarr",))
     image = open_image(args.input, axes=args.axes, scene=None if str(args.scene).lower() == "all" else args.scene)
     image = image.select_channel(args.channel)
-    if image.is_rgb or set(image.axes) - set("ZYX"):
+    if set(image.axes) - set("ZYX") and image.axes != "YXS":
         raise ValueError(f"{args.input} has axes {image.axes}: chunked segmentation takes one grey YX or ZYX "
-                         "image (pick a channel with --channel, or drop --chunks/--scheduler)")
+                         "image or a YX RGB one (pick a channel with --channel, or drop --chunks/--scheduler)")
+    grey, polarity = image.data, args.polarity
+    if image.is_rgb:  # H&E: each block's hematoxylin density, as _grey in memory (detect/_colour_blocks.py)
+        from ..detect._colour_blocks import HematoxylinBlocks
+
+        grey, polarity = HematoxylinBlocks(image.data), "bright"
     table = read_points_csv(args.points)
     spacing = command_spacing(image, args.spacing, command="ivote segment", fallback=table.spacing)
-    points = np.asarray(table.points, dtype=float).reshape(-1, len(image.axes))
-    radius = _auto_radius(args, image.data, spacing, args.polarity, chunked=True)
+    points = np.asarray(table.points, dtype=float).reshape(-1, len(image.spatial_axes))
+    radius = _auto_radius(args, grey, spacing, polarity, chunked=True)
     start = time.perf_counter()
     from .._atomic import private_folder
 
@@ -89,14 +94,14 @@ def _cmd_segment_chunked(args) -> int:
                 print(f"segmenting {len(points)} seeds in {'x'.join(map(str, image.shape))} voxels block by block "
                       "(Dask progress below)", file=sys.stderr)
             result = segment_chunked(
-                image.data, points, radius, spacing=spacing, chunks=chunks_option(args),
+                grey, points, radius, spacing=spacing, chunks=chunks_option(args),
                 hops=DEFAULT_HOPS if args.hops is None else args.hops,
-                out=str(scratch), progress=not args.quiet, polarity=args.polarity, iterations=args.iterations,
+                out=str(scratch), progress=not args.quiet, polarity=polarity, iterations=args.iterations,
                 backend=args.backend, memory_limit=args.memory_limit)
             import dask.array as da
 
             with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
-                written = write_image(out, da.from_zarr(result.labels), axes=image.axes, spacing=spacing,
+                written = write_image(out, da.from_zarr(result.labels), axes=image.spatial_axes, spacing=spacing,
                                       translate=image.origin if spacing is not None else None, name="labels")
     print(f"{result.count} nuclei from {len(points)} seeds in {time.perf_counter() - start:.2f} s, blocks of "
           f"{'x'.join(map(str, result.chunks))}, {result.iterations} iterations, {result.passes} pass(es), "

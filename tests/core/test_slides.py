@@ -1,0 +1,177 @@
+"""Whole-slide H&E images: lazy tiled reading with the pixel size, and detection and
+segmentation block by block equal to the in-memory result (truth: the in-memory call,
+tifffile's own full read, the synthetic nuclei's centres)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tifffile = pytest.importorskip("tifffile")
+pytest.importorskip("dask")
+
+from ivote import iterative_voting, open_image  # noqa: E402
+from ivote._slides import slide_levels, slide_spacing  # noqa: E402
+from ivote.data._slide import he_colour, synthetic_he_tile, write_synthetic_slide  # noqa: E402
+from ivote.detect import stain_vectors  # noqa: E402
+from ivote.detect._colour_blocks import HematoxylinBlocks, slide_stain_vectors, slide_tissue, tissue_mask  # noqa: E402
+from ivote.distributed import detect_chunked  # noqa: E402
+from ivote.metrics import match_points  # noqa: E402
+
+RADIUS = 6
+
+
+@pytest.fixture(scope="module")
+def slide(tmp_path_factory):
+    """A 1024 x 768 pyramidal RGB slide of four H&E patterns (a quarter of them glass), 0.5 um pixels."""
+    path = tmp_path_factory.mktemp("slide") / "he.tif"
+    return write_synthetic_slide(path, (1024, 768), tile=128, pattern=256, radius=RADIUS, glass_every=4,
+                                 compression="zlib")
+
+
+def test_tiled_pyramid_opens_lazily_at_level_zero_with_its_pixel_size(slide, monkeypatch):
+    import ivote._slides
+
+    monkeypatch.setattr(ivote._slides, "CHUNK", 256)
+    image = open_image(slide)
+    assert image.axes == "YXS" and image.shape == (1024, 768, 3)
+    assert image.spacing == pytest.approx((0.5, 0.5))
+    assert image.data.chunks[:2] == ((256,) * 4, (256,) * 3)  # whole tiles: a block reads only its own
+    np.testing.assert_array_equal(np.asarray(image.data), tifffile.imread(slide))
+    levels = slide_levels(slide)
+    assert [level.shape for level in levels] == [(1024, 768, 3), (512, 384, 3), (256, 192, 3)]
+    np.testing.assert_array_equal(levels[2].compute(), tifffile.imread(slide, level=2))
+    mask = slide_tissue(image)  # from the smallest level: a quarter of the pattern tiles are glass
+    assert mask.cell == 4 and mask.cells.shape == (256, 192) and 0.6 < mask.fraction < 0.95
+
+
+def _write_svs(path, rgb, mpp):
+    description = (f"Aperio Image Library v12.0.15\r\n{rgb.shape[1]}x{rgb.shape[0]} [0,0 {rgb.shape[1]}x{rgb.shape[0]}] "
+                   f"(128x128) JPEG/RGB Q=90|AppMag = 20|MPP = {mpp}|Filename = test")
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(rgb, tile=(128, 128), photometric="rgb", description=description, compression="zlib")
+        tif.write(rgb[::4, ::4], photometric="rgb", description="Aperio Image Library v12.0.15\r\nthumbnail")
+        tif.write(rgb[::2, ::2], tile=(128, 128), photometric="rgb", subfiletype=1,
+                  description="Aperio Image Library v12.0.15\r\nlevel 1", compression="zlib")
+
+
+def test_aperio_svs_gives_its_mpp_and_baseline(tmp_path):
+    rgb, _ = synthetic_he_tile(256, seed=3)
+    path = tmp_path / "slide.svs"
+    _write_svs(path, rgb, 0.2520)
+    assert slide_spacing(path) == {"Y": 0.252, "X": 0.252}
+    image = open_image(path)
+    assert image.axes == "YXS" and image.spacing == pytest.approx((0.252, 0.252))
+    np.testing.assert_array_equal(np.asarray(image.data), rgb)
+
+
+def test_pyramidal_ome_tiff_gives_its_physical_size(tmp_path):
+    rgb, _ = synthetic_he_tile(256, seed=5)
+    path = tmp_path / "slide.ome.tif"
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(rgb, tile=(128, 128), photometric="rgb", subifds=1, metadata={
+            "axes": "YXS", "PhysicalSizeX": 0.25, "PhysicalSizeY": 0.25})
+        tif.write(rgb[::2, ::2], tile=(128, 128), photometric="rgb", subfiletype=1)
+    image = open_image(path)
+    assert image.axes == "YXS" and image.spacing == pytest.approx((0.25, 0.25))
+    assert len(slide_levels(path)) == 2
+    np.testing.assert_array_equal(np.asarray(image.data), rgb)
+
+
+def _tasks_of(progress_calls) -> int:
+    """Block tasks run (every pass's), from the last ``progress(done, total)``."""
+    return progress_calls[-1][1] if progress_calls else 0
+
+
+def test_block_by_block_under_a_small_memory_limit_equals_in_memory(slide):
+    image = open_image(slide)
+    rgb = np.asarray(image.data)
+    whole = iterative_voting(rgb, radius=RADIUS, backend="numba")
+    calls = []
+    chunked = detect_chunked(image.data, RADIUS, memory_limit="48MB", backend="numba",
+                             progress=lambda done, total: calls.append((done, total)))
+    assert _tasks_of(calls) >= 8  # at least 4 blocks, each in at least two passes
+    np.testing.assert_array_equal(chunked.points, whole.points)
+    np.testing.assert_array_equal(chunked.scores, whole.scores)
+    assert chunked.threshold == whole.threshold
+    # and they are the nuclei: the slide repeats tiles whose true centres are known
+    assert len(whole.points) > 300
+
+
+def test_nuclei_found_are_the_true_ones():
+    rgb, centres = synthetic_he_tile(384, radius=RADIUS, seed=2)
+    chunked = detect_chunked(rgb, RADIUS, chunks=160, scheduler="sync", backend="numba")
+    assert match_points(chunked.points, centres, tolerance=RADIUS / 2).f1 > 0.9
+
+
+def test_stains_fitted_once_on_the_whole_slide(slide):
+    image = open_image(slide)
+    rgb = np.asarray(image.data)
+    np.testing.assert_array_equal(slide_stain_vectors(image.data), stain_vectors(rgb))
+    whole = iterative_voting(rgb, radius=RADIUS, stains="auto", backend="numba")
+    chunked = detect_chunked(image.data, RADIUS, chunks=300, stains="auto", backend="numba")
+    np.testing.assert_array_equal(chunked.points, whole.points)
+
+
+def test_sixteen_bit_slide_uses_the_slide_white_not_the_block_maximum():
+    rgb8, _ = synthetic_he_tile(320, radius=RADIUS, seed=7)
+    rgb = rgb8.astype(np.uint16) * 257  # 0..65535
+    whole = iterative_voting(rgb, radius=RADIUS, backend="numba")
+    chunked = detect_chunked(rgb, RADIUS, chunks=120, scheduler="sync", backend="numba")
+    np.testing.assert_array_equal(chunked.points, whole.points)
+
+
+class _ReadLog:
+    """An RGB array that records the regions read from it."""
+
+    def __init__(self, rgb):
+        self.rgb, self.shape, self.dtype, self.regions = rgb, rgb.shape, rgb.dtype, []
+
+    def __getitem__(self, key):
+        self.regions.append(key)
+        return self.rgb[key]
+
+
+def test_glass_is_skipped_and_the_cells_are_those_of_the_masked_slide_in_memory():
+    tile, _ = synthetic_he_tile(256, radius=RADIUS, seed=1)
+    glass = he_colour(np.zeros((256, 768)), glass=np.ones((256, 768), bool))
+    rgb = np.concatenate([np.concatenate([tile, glass[:, :512]], axis=1), glass], axis=0)  # tissue top-left only
+    mask = tissue_mask(rgb[::32, ::32], cell=32)
+    assert 0.05 < mask.fraction < 0.5
+    log = _ReadLog(rgb)
+    view = HematoxylinBlocks(log, tissue=mask)
+    reference = iterative_voting(view.whole(), radius=RADIUS, backend="numba")
+    log.regions.clear()
+    calls = []
+    chunked = detect_chunked(log, RADIUS, chunks=128, tissue=mask, backend="numba", scheduler="sync",
+                             progress=lambda done, total: calls.append((done, total)))
+    np.testing.assert_array_equal(chunked.points, reference.points)
+    assert len(reference.points) > 20
+    far = [key for key in log.regions if key[0].start >= 400 and key[1].start >= 400]
+    assert not far, "glass far from the tissue was read"
+    assert calls[-1][0] == calls[-1][1] >= 2 * 6 * 4  # every block accounted for, detected or skipped
+
+
+def test_cli_detects_a_slide_block_by_block_as_in_memory(slide, tmp_path):
+    from ivote.cli import main
+
+    assert main(["detect", str(slide), "--radius", "3", "--out", str(tmp_path / "memory.csv"), "-q"]) == 0
+    assert main(["detect", str(slide), "--radius", "3", "--out", str(tmp_path / "blocks.csv"), "--memory-limit",
+                 "64MB", "--tissue", "none", "-q"]) == 0
+    assert (tmp_path / "memory.csv").read_text() == (tmp_path / "blocks.csv").read_text()
+
+
+def test_cli_segments_a_slide_block_by_block_as_in_memory(tmp_path):
+    from ivote.cli import main
+
+    path = write_synthetic_slide(tmp_path / "small.tif", 384, tile=128, pattern=256, radius=RADIUS, glass_every=0,
+                                 compression="zlib")
+    points = tmp_path / "points.csv"
+    assert main(["detect", str(path), "--radius", "3", "--out", str(points), "-q"]) == 0
+    common = ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+    assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.tif")]) == 0
+    assert main(["segment", str(path), *common, "--chunks", "192", "--out", str(tmp_path / "blocks.zarr")]) == 0
+    memory = np.asarray(open_image(tmp_path / "memory.tif").data)
+    blocks = np.asarray(open_image(tmp_path / "blocks.zarr").data)
+    assert memory.max() > 50
+    np.testing.assert_array_equal(blocks, memory)
