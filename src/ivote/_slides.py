@@ -175,17 +175,11 @@ def slide_spacing(path, series_index: int = 0) -> dict:
 
 
 def _centimetre_resolution(page) -> dict:
-    unit = page.tags.get("ResolutionUnit")
-    if unit is None or int(unit.value) != 3:  # 3: CENTIMETER
-        return {}
-    spacing = {}
-    for axis, tag in (("Y", "YResolution"), ("X", "XResolution")):
-        res = page.tags.get(tag)
-        if res is not None and res.value[0]:
-            size = 1e4 * res.value[1] / res.value[0]
-            if np.isfinite(size) and size > 0:
-                spacing[axis] = float(size)
-    return spacing
+    """The plain TIFF's centimetre resolution tags (``_files._metadata._resolution_spacing``), where they
+    give a finite, positive pixel size."""
+    from ._files._metadata import _resolution_spacing  # here: _files imports this module
+
+    return {axis: float(size) for axis, size in _resolution_spacing(page).items() if np.isfinite(size) and size > 0}
 
 
 def pyramid_of(image) -> list:
