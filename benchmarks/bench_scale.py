@@ -3,6 +3,7 @@
 
     python benchmarks/bench_scale.py [--sizes 256 384 512] [--chunk 128] [--dir DIR] [--out results.md]
     python benchmarks/bench_scale.py --detect --size 1024 --gpus 1 [--radius 6] [--chunks 512 256] [--dir DIR]
+    python benchmarks/bench_scale.py --detect --shape 1024 2048 2048 --skip-in-memory   # 4.3 Gvoxels, from disk
     python benchmarks/bench_scale.py --halo-study [--backend numba] [--out results.md]
 
 Detection (``--detect``, see ``detect_main``): a volume of N³ blurred, noisy balls
@@ -261,7 +262,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--segment", action="store_true", help="benchmark chunked segmentation (segment_main)")
     parser.add_argument("--iterations", type=int, default=100, help="--segment: level-set iterations")
-    parser.add_argument("--skip-in-memory", action="store_true", help="--segment: only the chunked path")
+    parser.add_argument("--skip-in-memory", action="store_true",
+                        help="--segment, --detect: only the chunked path (a volume too large for the in-memory run)")
     parser.add_argument("--hops", type=int, default=2, help="--segment: the chunked path's halo (box overlaps)")
     parser.add_argument("--segment-child", nargs=7, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 384, 512])
@@ -272,6 +274,8 @@ def main(argv=None) -> int:
     detect = parser.add_argument_group("detection (--detect)")
     detect.add_argument("--detect", action="store_true", help="benchmark chunked detection instead of labelling")
     detect.add_argument("--size", type=int, default=256, help="cube side of the nuclei volume (default 256; also --segment)")
+    detect.add_argument("--shape", type=int, nargs=3, default=None, metavar=("Z", "Y", "X"),
+                        help="--detect: a volume of this shape instead of --size³ (e.g. 1024 2048 2048)")
     detect.add_argument("--radius", type=float, default=6.0, help="largest nucleus radius, voxels (default 6)")
     detect.add_argument("--gpus", type=int, default=1,
                         help="GPUs for the multi-GPU run (default 1: none); --segment: GPU workers of the chunked path")
@@ -342,6 +346,7 @@ _TILE = 128
 
 
 def _nuclei_tile(origin, shape, size, radius, seed=0):
+    size = (size,) * len(shape) if np.isscalar(size) else tuple(size)
     """The nuclei volume inside one tile: balls of radius 0.6-1.0 x ``radius`` on a
     jittered grid, brightness 0.5-1, blurred (sigma 1, from a margin, so tiles
     join without seams), plus Gaussian noise (sd 0.03); float32."""
@@ -352,8 +357,8 @@ def _nuclei_tile(origin, shape, size, radius, seed=0):
     lo = [o - margin for o in origin]
     hi = [o + s + margin for o, s in zip(origin, shape)]
     field = np.zeros([h - l for l, h in zip(lo, hi)], np.float32)
-    cells = [range(max(0, int((l - radius) // step)), min(int(size // step) + 1, int((h + radius) // step) + 1))
-             for l, h in zip(lo, hi)]
+    cells = [range(max(0, int((l - radius) // step)), min(int(n // step) + 1, int((h + radius) // step) + 1))
+             for l, h, n in zip(lo, hi, size)]
     for cell in np.ndindex(*[len(c) for c in cells]):
         index = tuple(c[i] for c, i in zip(cells, cell))
         rng = np.random.default_rng(abs(hash((seed,) + index)) % 2**32)
@@ -376,21 +381,23 @@ def _write_tiles(job):
     path, size, radius, origins = job
     volume = zarr.open_array(path, mode="r+")
     for origin in origins:
-        shape = [min(_TILE, size - o) for o in origin]
+        shape = [min(_TILE, n - o) for n, o in zip(size, origin)]
         volume[tuple(slice(o, o + s) for o, s in zip(origin, shape))] = _nuclei_tile(origin, shape, size, radius)
 
 
-def write_nuclei_volume(path, size: int, radius: float):
-    """The N³ nuclei volume as an uncompressed Zarr array (chunks of 128³), written by parallel processes."""
+def write_nuclei_volume(path, size, radius: float):
+    """The nuclei volume (``size``: a cube side N or a shape (Z, Y, X)) as an uncompressed Zarr
+    array (chunks of 128³), written by parallel processes."""
     import multiprocessing
 
     import zarr
 
     if os.path.exists(os.path.join(path, "zarr.json")):
         return zarr.open_array(path, mode="r")
-    zarr.create_array(path + ".part", shape=(size,) * 3, chunks=(_TILE,) * 3, dtype="float32", compressors=None,
+    size = (size,) * 3 if np.isscalar(size) else tuple(int(n) for n in size)
+    zarr.create_array(path + ".part", shape=size, chunks=(_TILE,) * 3, dtype="float32", compressors=None,
                       overwrite=True)
-    origins = [tuple(i * _TILE for i in index) for index in np.ndindex(*(math.ceil(size / _TILE),) * 3)]
+    origins = [tuple(i * _TILE for i in index) for index in np.ndindex(*(math.ceil(n / _TILE) for n in size))]
     workers = max(1, min(os.cpu_count() or 1, 16))
     jobs = [(path + ".part", size, radius, origins[i::workers]) for i in range(workers)]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
@@ -463,8 +470,10 @@ def _detect_child(job: dict, mode: str) -> dict:
     seconds = time.perf_counter() - start
     gpu_mib = gpu.result() if gpu.devices else 0.0
     host = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    reference = os.path.join(os.path.dirname(job["path"]), f"candidates_{job['size']}_{job['radius']:g}.npz")
-    if mode == "in-memory":
+    reference = os.path.join(os.path.dirname(job["path"]), f"candidates_{job['label']}_{job['radius']:g}.npz")
+    if not job.get("compare", True):
+        equal = None
+    elif mode == "in-memory":
         np.savez(reference, candidates=found.candidates, scores=found.candidate_scores,
                  contrasts=found.candidate_contrasts)
         equal = True
@@ -528,16 +537,19 @@ def detect_main(args) -> int:
     from ivote.distributed import detection_halo
 
     folder = args.dir or tempfile.mkdtemp(prefix="ivote-scale-")
-    path = os.path.join(folder, f"nuclei_{args.size}.zarr")
+    shape = tuple(args.shape) if args.shape else (args.size,) * 3
+    label = f"{shape[0]}³" if len(set(shape)) == 1 else "x".join(map(str, shape))
+    path = os.path.join(folder, f"nuclei_{'x'.join(map(str, shape))}.zarr")
     start = time.perf_counter()
-    write_nuclei_volume(path, args.size, args.radius)
+    write_nuclei_volume(path, shape, args.radius)
     halo = detection_halo(make_plan(args.radius, (1.0,) * 3, 3), (2.0,) * 3)
     print(f"bench_scale --detect {date.today()} on {platform.node()}, {os.cpu_count()} CPUs, {backend_name()}; "
-          f"{args.size}³ float32 Zarr ({time.perf_counter() - start:.1f} s to write or open), radius {args.radius:g}, "
+          f"{label} float32 Zarr ({time.perf_counter() - start:.1f} s to write or open), radius {args.radius:g}, "
           f"halo {halo[0]} voxels")
     if args.chunks is None:
-        args.chunks = [args.size // 2]
-    runs = [("in-memory", None, 1), ("chunked", None, 1)] + [("chunked", c, 1) for c in args.chunks]
+        args.chunks = [min(shape) // 2]
+    runs = [] if args.skip_in_memory else [("in-memory", None, 1)]
+    runs += [("chunked", None, 1)] + [("chunked", c, 1) for c in args.chunks]
     if args.every_voter:
         runs += [("chunked, every voter each pass", c, 1) for c in args.chunks]
     if args.gpus > 1:
@@ -546,14 +558,14 @@ def detect_main(args) -> int:
               "| equal |")
     rows, reference = [header, "|" + "---|" * 11], None
     print("\n".join(rows), flush=True)
-    voxels = args.size**3
+    voxels = math.prod(shape)
     for mode, chunks, gpus in runs:
-        job = dict(path=path, size=args.size, radius=args.radius, backend=args.backend, gpus=gpus,
+        job = dict(path=path, label=label, compare=not args.skip_in_memory, radius=args.radius, backend=args.backend, gpus=gpus,
                    chunks=chunks, every_voter=mode.endswith("each pass"))
         cmd = [sys.executable, __file__, "--detect-child", json.dumps(job), mode.split(",")[0]]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
-            print(f"| {args.size}³ | {mode} | {gpus} | {chunks or 'default'} | failed: "
+            print(f"| {label} | {mode} | {gpus} | {chunks or 'default'} | failed: "
                   f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode} |")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
@@ -561,9 +573,9 @@ def detect_main(args) -> int:
         ratio = reference["seconds"] / r["seconds"] if reference else float("nan")
         blocks = "-" if mode == "in-memory" else (f"{chunks}³" if chunks else "default")
         extra = f" (+{r['read']:.2f} s read)" if mode == "in-memory" else ""
-        row = (f"| {args.size}³ | {mode.split(',')[0]} ({r['backend']}){mode.partition(',')[2]} | {gpus} | {blocks} | {r['seconds']:.2f}{extra} | "
+        row = (f"| {label} | {mode.split(',')[0]} ({r['backend']}){mode.partition(',')[2]} | {gpus} | {blocks} | {r['seconds']:.2f}{extra} | "
                f"{voxels / r['seconds'] / 1e6:.1f} | {ratio:.2f} | {r['host_mib']:.0f} | {r['gpu_mib']:.0f} | "
-               f"{r['cells']} | {'yes' if r['equal'] else 'NO'} |")
+               f"{r['cells']} | {'-' if r['equal'] is None else 'yes' if r['equal'] else 'NO'} |")
         _add_row(rows, row)
         if r.get("phases"):
             print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()), flush=True)
