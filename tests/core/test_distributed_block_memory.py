@@ -1,5 +1,5 @@
 """The chunked engine sizes its blocks by the memory of the backend that runs them: the NumPy
-path's per-voxel and fixed memory (``detect._voting.cpu_detection_memory``) are larger than
+path's per-voxel and fixed memory (``detect._settings.cpu_detection_memory``) are larger than
 Numba's, so ``backend='numpy'`` under a memory limit runs smaller blocks, each within the limit."""
 
 import math
@@ -10,7 +10,7 @@ import pytest
 from ivote import iterative_voting
 from ivote.data import synthetic_nuclei
 from ivote.detect._plan import make_plan
-from ivote.detect._voting import _DEFAULT_BLUR_PIXELS, cpu_detection_memory
+from ivote.detect._settings import _DEFAULT_BLUR_PIXELS, cpu_detection_memory
 from ivote.distributed import _detect_chunks
 from ivote.distributed import detect_chunked, detection_halo
 

@@ -327,7 +327,7 @@ def test_gpu_limit_caps_what_a_block_adds_not_what_the_pool_holds(monkeypatch):
                                  dict(blur=-1.0), dict(blur=1e6), dict(min_contrast=-0.5), dict(threshold="mean"),
                                  dict(threshold=float("nan"))])
 def test_settings_are_refused_as_iterative_voting_refuses_them(image_2d, bad):
-    """detect_chunked checks its settings with iterative_voting's own check (detect._voting.check_settings):
+    """detect_chunked checks its settings with iterative_voting's own check (detect._settings.check_settings):
     the same error, word for word, before any block is read."""
     with pytest.raises(Exception) as whole:
         iterative_voting(image_2d, radius=RADIUS, backend="numpy", **bad)

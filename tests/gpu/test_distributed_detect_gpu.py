@@ -7,7 +7,7 @@ from ivote import _backend
 from ivote.data import synthetic_nuclei
 from ivote.detect import iterative_voting
 from ivote.detect._plan import make_plan
-from ivote.detect._voting import _DEFAULT_BLUR_PIXELS
+from ivote.detect._settings import _DEFAULT_BLUR_PIXELS
 
 pytestmark = [
     pytest.mark.gpu,

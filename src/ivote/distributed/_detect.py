@@ -151,7 +151,8 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     from .._validate import check_finite_range, check_radius
     from ..detect._contrast import grey_step, noise_positions, noise_sigma
     from ..detect._plan import make_plan
-    from ..detect._voting import _DEFAULT_MIN_CONTRAST, _check_work, check_settings
+    from ..detect._settings import _check_work, check_settings
+    from ..detect._thresholds import _DEFAULT_MIN_CONTRAST
 
     unknown = sorted(set(detect_kwargs) - set(_DETECT_OPTIONS))
     if unknown:

@@ -21,7 +21,7 @@ import numpy as np
 #: (docs/benchmarks.md); tests/gpu runs blocks under a limit sized with this
 GPU_BYTES_PER_VOXEL = 32
 # on the CPU a block's host memory is that of the path that runs it, Numba's or NumPy's
-# (``_voting.cpu_detection_memory``), plus the block read: see _block_cost
+# (``detect._settings.cpu_detection_memory``), plus the block read: see _block_cost
 #: most blocks per axis the default chunking considers
 _MOST_SPLITS = 32
 
@@ -89,12 +89,12 @@ class _BlockCost(NamedTuple):
 
 def _block_cost(path: str, dtype) -> _BlockCost:
     """The memory of a block's detection on ``path``: on the GPU ``GPU_BYTES_PER_VOXEL``; on the CPU
-    the in-memory detection's estimate for that path (``_voting.cpu_detection_memory``: the NumPy
+    the in-memory detection's estimate for that path (``detect._settings.cpu_detection_memory``: the NumPy
     path needs about 2.5 times Numba's bytes per voxel, and more fixed buffers) plus the block read
     (``dtype``)."""
     if path == "cupy":
         return _BlockCost(GPU_BYTES_PER_VOXEL, 0, path)
-    from ..detect._voting import cpu_detection_memory
+    from ..detect._settings import cpu_detection_memory
 
     fixed = cpu_detection_memory(0, path)
     return _BlockCost(cpu_detection_memory(1, path) - fixed + np.dtype(dtype).itemsize, fixed, path)
@@ -175,7 +175,7 @@ def _check_run_work(blocks, shape, halo, plan, spacing, blur, gpu) -> None:
     """Refuse (ResourceLimitError) a run whose blocks, halos included, and tasks (three passes per
     block) add up to more than the work limit, before any block runs."""
     from .._limits import check_budget
-    from ..detect._voting import _cone_votes_per_voter
+    from ..detect._settings import _cone_votes_per_voter
 
     per_voxel = _cone_votes_per_voter(plan) + (sum(8 * blur / s + 1 for s in spacing) if blur > 0 else 0)
     voxels = sum(math.prod(g.stop - g.start for g in _grow(owned, halo, shape)) for owned in blocks)

@@ -11,7 +11,7 @@ def _suppress(coords, values, contrast, shape, plan):
     """All blocks' maxima best first (ties: lower flat index of the whole image),
     then the greedy scan over maxima closer than the radius, as in memory."""
     from ..detect._reference import close_pairs
-    from ..detect._voting import _greedy_keep
+    from ..detect._cells import _greedy_keep
 
     flat = np.ravel_multi_index(tuple(coords.T), shape) if len(coords) else np.zeros(0, np.int64)
     order = np.lexsort((flat, -values.astype(np.int64)))
@@ -21,7 +21,8 @@ def _suppress(coords, values, contrast, shape, plan):
 
 
 def _detections(candidates, scores, contrast, plan, threshold, min_contrast, n_passes, backend, spacing, estimated):
-    from ..detect._voting import Detections, _resolve_rule
+    from ..detect._detections import Detections
+    from ..detect._thresholds import _resolve_rule
 
     requested = min_contrast
     value, min_contrast = _resolve_rule(threshold, scores, contrast, min_contrast)  # 'auto' may raise the floor
