@@ -2,7 +2,8 @@
 
 - Where a task reads its block: a view of a NumPy array, a Dask array's slice
   (computed by Dask as the task's input), or a lazy region of any other array
-  (Zarr, HDF5, ...) read in the task (``_source``, ``_read``).
+  (Zarr, HDF5, ...) read in the task (``_source`` and ``_read``; the chunked
+  segmentation's ``_piece`` and ``_read_piece``).
 - The memory one block may use (``parse_bytes``, ``_memory_limit``) and, on a
   GPU, one block at a time under that limit (``gpu_limit``, ``_on_device``).
 - The Dask runner of a pass over the blocks, with ``progress(done, total)`` as
@@ -87,6 +88,18 @@ def _read(source) -> np.ndarray:
 
     block = source.read() if isinstance(source, _Lazy) else source
     return np.ascontiguousarray(to_host(block))
+
+
+def _piece(image, region):
+    """What a task needs to read ``region``: a Dask slice (computed as the task's dependency),
+    a NumPy view, or a Zarr (or other lazy) array with the region to read."""
+    if _is_dask(image) or isinstance(image, np.ndarray):
+        return image[region], None
+    return image, region
+
+
+def _read_piece(piece, region) -> np.ndarray:
+    return np.asarray(piece if region is None else piece[region])
 
 
 def _on_device(backend: str, limit: int):
