@@ -9,7 +9,8 @@ pytest.importorskip("dask")
 
 from ivote.data import synthetic_nuclei  # noqa: E402
 from ivote.distributed import segment_chunked  # noqa: E402
-from ivote.distributed._segment import _reconcile, intensity_range_chunked  # noqa: E402
+from ivote.distributed._segment_merge import _reconcile  # noqa: E402
+from ivote.distributed._segment_percentiles import intensity_range_chunked  # noqa: E402
 from ivote.segment import segment_nuclei  # noqa: E402
 from ivote.segment._segment import _intensity_range  # noqa: E402
 
@@ -134,7 +135,7 @@ def test_zarr_out_and_dask_input(sample_2d, tmp_path):
 
 
 def test_default_blocks_are_large_and_aligned_with_the_files_chunks():
-    from ivote.distributed._segment import _default_chunks
+    from ivote.distributed._segment_plan import _default_chunks
 
     class Stored:
         chunks = (100, 64, 64)
@@ -190,13 +191,13 @@ def test_memory_limit_shrinks_the_blocks(sample_2d):
 
 
 def _layout(image, centers, radius, hops):
-    from ivote.distributed import _segment
+    from ivote.distributed import _segment_plan
     from ivote.segment._segment import box_half_widths
 
     half = np.asarray(box_half_widths(radius, (1.0,) * image.ndim, 1.5), np.int64)
     rounded = np.rint(centers).astype(np.int64)
-    return _segment._Layout(image.shape, rounded, half, hops, _segment._overlap_graph(rounded, half),
-                            int(np.prod(2 * half + 1)))
+    return _segment_plan._Layout(image.shape, rounded, half, hops, _segment_plan._overlap_graph(rounded, half),
+                                 int(np.prod(2 * half + 1)))
 
 
 @pytest.mark.parametrize("hops", [0, 1, 2, None])
@@ -211,7 +212,7 @@ def test_smallest_need_bounds_every_block_size(hops):
     assert all(need >= least for need in needs.values()), (least, needs)
     at = tuple(int(v) for v in layout.rounded[seed])
     one = next(p for p in layout.plans((1, 1)) if tuple(s.start for s in p.block) == at)
-    from ivote.distributed._segment import _gpu_bytes
+    from ivote.distributed._segment_plan import _gpu_bytes
 
     assert least <= _gpu_bytes(one, layout.box_cells) <= least + 64 * (48 + 64)  # its region's even start aside
 
@@ -220,13 +221,13 @@ def test_memory_limit_below_every_block_size_fails_at_once(monkeypatch):
     """A memory limit below the smallest need any block size can have (the hops=2 neighbourhoods of a dense
     image) is refused before halving the blocks at all, naming the limit and that need; just above it, the
     halving finds blocks that fit."""
-    from ivote.distributed import _segment
+    from ivote.distributed import _segment_plan
 
     image, _, centers, spacing, radius = synthetic_nuclei((128, 128), radius=6, seed=2)
     least, _ = _layout(image, centers, radius, 2).smallest_need()
     calls = []
-    real = _segment._plans
-    monkeypatch.setattr(_segment, "_plans", lambda *a: calls.append(a[1]) or real(*a))
+    real = _segment_plan._plans
+    monkeypatch.setattr(_segment_plan, "_plans", lambda *a: calls.append(a[1]) or real(*a))
     limit = least - 1
     with pytest.raises(ValueError, match=rf"memory_limit={limit} bytes .* below the smallest need any block size "
                                          rf"can have: {least} bytes.*lower hops \(now 2"):
@@ -237,7 +238,7 @@ def test_memory_limit_below_every_block_size_fails_at_once(monkeypatch):
 def test_halving_stops_when_the_need_stops_falling():
     """The blocks are halved while the largest need falls; when a halving brings none, the error names the limit
     and the smallest need found, with its blocks."""
-    from ivote.distributed import _segment
+    from ivote.distributed import _segment_plan
 
     class Plateau:  # needs of blocks by size: 900, 500, then no lower along either axis (the neighbourhoods dominate)
         hops, half, rounded = 2, np.array([2, 2]), np.zeros((1, 2), np.int64)
@@ -259,8 +260,8 @@ def test_halving_stops_when_the_need_stops_falling():
     layout = Plateau()
     with pytest.raises(ValueError, match=r"memory_limit=400 bytes .* smallest need of the blocks tried: 500 bytes "
                                          r".*blocks of \(32, 64\), and smaller blocks no longer need less"):
-        _segment._fit_memory(layout, (64, 64), (64, 64), 400, given=False)
+        _segment_plan._fit_memory(layout, (64, 64), (64, 64), 400, given=False)
     assert layout.tried == [(32, 64), (32, 32), (16, 32)]  # stopped after a halving along each axis, no fall
-    assert _segment._fit_memory(layout, (64, 64), (64, 64), 600, given=False) == ((32, 64), (32, 64))
+    assert _segment_plan._fit_memory(layout, (64, 64), (64, 64), 600, given=False) == ((32, 64), (32, 64))
     layout.needs[(16, 32)] = 300  # a plateau along one axis, a fall along the other: it goes on, and fits
-    assert _segment._fit_memory(layout, (64, 64), (64, 64), 400, given=False) == ((16, 32), (16, 32))
+    assert _segment_plan._fit_memory(layout, (64, 64), (64, 64), 400, given=False) == ((16, 32), (16, 32))

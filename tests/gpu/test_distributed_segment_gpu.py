@@ -17,7 +17,7 @@ pytestmark = [
 def test_chunked_on_gpu_under_a_memory_limit_matches_in_memory(gpu_pool):
     pytest.importorskip("dask")
     from ivote.distributed import segment_chunked
-    from ivote.distributed._segment import _gpu_bytes, _Plan
+    from ivote.distributed._segment_plan import _gpu_bytes, _Plan
 
     image, truth, centers, spacing, radius = synthetic_nuclei((24, 256, 256), spacing=(2.0, 1.0, 1.0), radius=6,
                                                               seed=8)
@@ -32,9 +32,9 @@ def test_chunked_on_gpu_under_a_memory_limit_matches_in_memory(gpu_pool):
     # a third: with the default 2 hops each block also evolves its neighbours' neighbours, so on this small,
     # dense volume the smallest useful block needs about 0.3 of the whole (a 512^3 one: 0.3 with 256^3 blocks)
     limit = whole // 3
-    from ivote.distributed import _segment
+    from ivote.distributed import _segment_block
 
-    with gpu_pool.blocks_grown(_segment) as grown:
+    with gpu_pool.blocks_grown(_segment_block) as grown:
         result = segment_chunked(image, centers, radius, spacing=spacing, memory_limit=limit, scheduler="sync",
                                  **options)
     assert gpu_pool.pool.get_limit() == gpu_pool.previous  # the cap is lifted after each block

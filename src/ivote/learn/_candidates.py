@@ -31,7 +31,7 @@ def widen(detections):
     """
     from scipy.spatial import cKDTree
 
-    from ..detect._voting import _greedy_keep
+    from ..detect._cells import _greedy_keep
 
     votes = detections.vote_field
     own = np.asarray(detections.candidates, dtype=np.float64)
@@ -69,7 +69,7 @@ def suppress(points, probability, spacing, distance: float) -> np.ndarray:
     kept one lies closer than ``distance`` (units of ``spacing``). Returns (M,) bool."""
     from scipy.spatial import cKDTree
 
-    from ..detect._voting import _greedy_keep
+    from ..detect._cells import _greedy_keep
 
     m = len(points)
     if m < 2 or distance <= 0:
