@@ -19,7 +19,7 @@ Cases
 
 Results are checked for exact equality with SciPy before any timing is printed.
 
-    python benchmarks/bench_components.py [--quick] [--csv] [--out benchmarks/results/components.md]
+    python benchmarks/bench_components.py [--quick] [--csv] [--stage-sweep] [--out benchmarks/results/components.md]
 """
 
 from __future__ import annotations
@@ -164,6 +164,29 @@ def bench_graph(xp, name, edges, expected_components, repeat, rows):
     del edges_dev, ids_dev, index_dev, roots, component_dev, sizes_dev
 
 
+def stage_sweep(xp, edges, repeat):
+    """The pinned, chunked host-to-device copy and the whole call for a few thread counts and chunk
+    sizes (the library's defaults restored after)."""
+    from ivote import _backend
+
+    defaults = (_backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS)
+    lines = []
+    try:
+        for threads in (1, 2, 4, 8, 12):
+            for chunk_mib, slots in ((2, 32), (4, 16), (8, 8), (16, 4)):
+                _backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS = threads, chunk_mib << 20, slots
+                _backend.to_device_staged(edges, xp)
+                t_copy, _ = time_host(lambda: _backend.to_device_staged(edges, xp), repeat)
+                connected_components(edges)
+                t_end, _ = time_host(lambda: connected_components(edges), repeat)
+                lines.append(f"threads {threads}, chunks {chunk_mib} MiB x {slots}: copy {t_copy * 1e3:.2f} ms, "
+                             f"end to end {t_end * 1e3:.2f} ms")
+                print(lines[-1], file=sys.stderr, flush=True)
+    finally:
+        _backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS = defaults
+    return lines
+
+
 def bench_mask(xp, size, repeat, rows):
     rng = np.random.default_rng(1)
     coarse = rng.random((size // 8,) * 3) < 0.3
@@ -213,6 +236,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-10x", action="store_true", help="skip the graph ten times larger")
     parser.add_argument("--csv", action="store_true", help="also time reading the graph from CSV (CPU)")
     parser.add_argument("--no-gpu", action="store_true", help="SciPy side only")
+    parser.add_argument("--stage-sweep", action="store_true",
+                        help="also time the pinned chunked copy for a few thread counts and chunk sizes (1x graph)")
     parser.add_argument("--mask-size", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", default=None, help="write the table as Markdown here")
@@ -227,6 +252,7 @@ def main(argv=None) -> int:
     if args.csv:
         bench_csv(edges, rows)
     bench_graph(xp, "1x", edges, MICRONS["n_components"], args.repeat, rows)
+    sweep = stage_sweep(xp, edges, args.repeat) if args.stage_sweep and xp is not np else []
     del edges
     if not (args.quick or args.no_10x):
         big = {key: 10 * value for key, value in MICRONS.items()}
@@ -241,6 +267,9 @@ def main(argv=None) -> int:
         "| case | ours | peer | ratio (peer/ours) |",
         "|---|---|---|---|",
     ] + [f"| {case} | {ours} | {peer} | {ratio} |" for case, ours, peer, ratio in rows]
+    if sweep:
+        lines += ["", "Pinned chunked copy of the 1x graph's edges (median of the repeats):", ""]
+        lines += [f"- {line}" for line in sweep]
     print("\n".join(lines))
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

@@ -238,18 +238,21 @@ STAGE_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
 """Threads filling the pinned staging memory: one thread's memcpy (about 10 GB/s) is slower than
 the host-to-device link (about 50 GB/s on PCIe 5)."""
 
-_stage_pool = None
+_stage_pool = [None, 0]  # the pool and its number of threads
 _stage_lock = threading.Lock()
 
 
 def _stage_threads():
-    global _stage_pool
+    """The pool of :data:`STAGE_THREADS` threads (made anew when that number changes)."""
     with _stage_lock:
-        if _stage_pool is None:
+        pool, threads = _stage_pool
+        if pool is None or threads != STAGE_THREADS:
             from concurrent.futures import ThreadPoolExecutor
 
-            _stage_pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="ivote-stage")
-        return _stage_pool
+            if pool is not None:
+                pool.shutdown(wait=False)
+            _stage_pool[:] = [ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="ivote-stage"), STAGE_THREADS]
+        return _stage_pool[0]
 
 
 def empty_pinned(xp: ModuleType, shape, dtype) -> np.ndarray:
