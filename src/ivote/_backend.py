@@ -333,8 +333,9 @@ def to_device_staged(host: np.ndarray, xp: ModuleType, *, on_chunk=None, out=Non
             event.set()
         for future in filled:
             future.exception()
-        if copied[-1] is not None:
-            copied[-1].synchronize()  # the ring returns to the pool only once no copy reads it
+        queued = [event for event in copied if event is not None]
+        if queued:
+            queued[-1].synchronize()  # the ring returns to the pool only once no copy reads it
     return device
 
 
