@@ -7,7 +7,11 @@ Cases
   and ten times larger. Ours: on-device union-find on compacted ids (CUDA
   events), on-device compaction, and end-to-end from host uint64 arrays to host
   results (transfers included). Peer: ``numpy.unique`` + ``scipy.sparse.csgraph``
-  (end-to-end, and the csgraph call alone on compacted ids).
+  (end-to-end, and the csgraph call alone on compacted ids). The end-to-end
+  call copies the ids through pinned memory in chunks and hashes each chunk
+  on the device as it lands; its parts are timed alone too (pageable and
+  pinned copies, sort and hash compaction, results to pinned and pageable
+  host memory), and the whole call with the sort compaction and cold buffers.
 * mask: a 512**3 binary mask, ``ivote.components.label`` on the GPU against
   ``scipy.ndimage.label``.
 * csv (``--csv``, CPU): reading the 6.1M-edge graph as CSV with the reader of
@@ -15,7 +19,7 @@ Cases
 
 Results are checked for exact equality with SciPy before any timing is printed.
 
-    python benchmarks/bench_components.py [--quick] [--csv] [--out benchmarks/results/components.md]
+    python benchmarks/bench_components.py [--quick] [--csv] [--stage-sweep] [--out benchmarks/results/components.md]
 """
 
 from __future__ import annotations
@@ -91,6 +95,29 @@ def time_device(xp, fn, repeat):
     return statistics.median(times), result
 
 
+def register_copy(xp, edges, expected, repeat):
+    """The other way to a pinned copy: page-lock the host array itself (no staging memcpy), copy it
+    in one go, unlock it. Returns 'total ms (register / copy / unregister)'."""
+    try:
+        runtime = xp.cuda.runtime
+        out = xp.empty_like(expected)
+        parts = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            runtime.hostRegister(edges.ctypes.data, edges.nbytes, 0)
+            t1 = time.perf_counter()
+            out.data.copy_from_host_async(edges.ctypes.data, edges.nbytes)
+            xp.cuda.get_current_stream().synchronize()
+            t2 = time.perf_counter()
+            runtime.hostUnregister(edges.ctypes.data)
+            parts.append((time.perf_counter() - t0, t1 - t0, t2 - t1, time.perf_counter() - t2))
+        assert bool((out == expected).all())
+        total, register, copy, unregister = (1e3 * statistics.median(p[i] for p in parts) for i in range(4))
+        return f"{total:.2f} ms ({register:.2f} / {copy:.2f} / {unregister:.2f})"
+    except Exception as exc:  # a report row, not a failure of the benchmark
+        return f"failed: {type(exc).__name__}: {exc}"
+
+
 def bench_graph(xp, name, edges, expected_components, repeat, rows):
     from ivote.components import _cuda
 
@@ -104,30 +131,86 @@ def bench_graph(xp, name, edges, expected_components, repeat, rows):
     if xp is np:
         rows.append((label_ + ", SciPy only (no GPU)", "-", f"{t_peer * 1e3:.0f} ms", "-"))
         return
-    ours = connected_components(edges)  # warm-up (compiles) and check
-    assert ours.n_components == n_components
-    np.testing.assert_array_equal(ours.vertex_ids, vertex_ids)
-    np.testing.assert_array_equal(ours.component, component)
-    np.testing.assert_array_equal(ours.sizes, sizes)
-    t_end, _ = time_host(lambda: connected_components(edges), repeat)
+    from ivote import _backend
+
+    def check(result):
+        assert result.n_components == n_components
+        np.testing.assert_array_equal(result.vertex_ids, vertex_ids)
+        np.testing.assert_array_equal(result.component, component)
+        np.testing.assert_array_equal(result.sizes, sizes)
+
+    t_end = {}
+    for compaction in ("sort", "hash"):  # each checked equal to SciPy, then timed
+        _cuda.COMPACTION = compaction
+        check(connected_components(edges))  # warm-up (compiles, fills the pinned pool) and check
+        t_end[compaction], _ = time_host(lambda: connected_components(edges), repeat)
+    _cuda.COMPACTION = "auto"
+    _backend.free_gpu_memory()  # a first call: pinned and device buffers allocated anew
+    t_first, first = time_host(lambda: connected_components(edges), 1)
+    check(first)
+    del first
     t_h2d, edges_dev = time_device(xp, lambda: xp.asarray(edges), repeat)
-    t_compact, (ids_dev, index_dev) = time_device(xp, lambda: _cuda.compact_ids(xp, edges_dev), repeat)
+    t_staged, staged = time_host(lambda: _backend.to_device_staged(edges, xp), repeat)
+    assert bool((staged == edges_dev).all())
+    del staged
+    t_register = register_copy(xp, edges, edges_dev, repeat)
+    t_compact, (ids_dev, index_dev) = time_device(xp, lambda: _cuda.compact_ids_sorted(xp, edges_dev), repeat)
+    t_hash, (hash_ids, hash_index) = time_device(xp, lambda: _cuda.compact_ids(xp, edges_dev), repeat)
+    assert bool((hash_ids == ids_dev).all()) and bool((hash_index == index_dev).all())
+    del hash_ids, hash_index
     n = int(ids_dev.size)
     t_uf, roots = time_device(xp, lambda: _cuda.union_find(xp, index_dev, n), repeat)
-    t_canon, _ = time_device(xp, lambda: _cuda.canonical_from_roots(xp, roots), repeat)
+    t_canon, (_, component_dev, sizes_dev) = time_device(xp, lambda: _cuda.canonical_from_roots(xp, roots), repeat)
+    t_d2h, _ = time_host(lambda: _backend.to_host_pinned([ids_dev, component_dev, sizes_dev], xp), repeat)
+    t_d2h_pageable, _ = time_host(lambda: [a.get() for a in (ids_dev, component_dev, sizes_dev)], repeat)
     t_device, _ = time_device(xp, lambda: _cuda.connected_components_gpu(xp, edges_dev), repeat)
+    peer_ms = t_peer * 1e3
     rows += [
         (f"{label_}: union-find on compacted ids (device)", f"{t_uf:.2f} ms",
          f"csgraph alone {t_csgraph * 1e3:.0f} ms", f"{t_csgraph * 1e3 / t_uf:.0f}x"),
-        (f"{name}: host-to-device copy of uint64 edges", f"{t_h2d:.2f} ms", "-", "-"),
+        (f"{name}: host-to-device copy of uint64 edges, pageable (cupy.asarray)", f"{t_h2d:.2f} ms", "-", "-"),
+        (f"{name}: host-to-device copy of uint64 edges, pinned chunks (to_device_staged, "
+         f"{_backend.STAGE_THREADS} threads)", f"{t_staged * 1e3:.2f} ms", "-", "-"),
+        (f"{name}: host-to-device copy of uint64 edges, the host array page-locked in place "
+         "(cudaHostRegister + one copy + unregister)", t_register, "-", "-"),
         (f"{name}: id compaction sort+searchsorted (device)", f"{t_compact:.2f} ms", "-", "-"),
+        (f"{name}: id compaction by hash table (device)", f"{t_hash:.2f} ms", "-", "-"),
         (f"{name}: canonical numbering + sizes (device)", f"{t_canon:.2f} ms", "-", "-"),
+        (f"{name}: results to host, pinned / pageable", f"{t_d2h * 1e3:.2f} / {t_d2h_pageable * 1e3:.2f} ms",
+         "-", "-"),
         (f"{name}: all on device (compact + union-find + numbering)", f"{t_device:.2f} ms",
-         f"{t_peer * 1e3:.0f} ms", f"{t_peer * 1e3 / t_device:.0f}x"),
-        (f"{name}: end-to-end from host uint64 ids to host results", f"{t_end * 1e3:.1f} ms",
-         f"np.unique+csgraph {t_peer * 1e3:.0f} ms", f"{t_peer / t_end:.0f}x"),
+         f"{peer_ms:.0f} ms", f"{peer_ms / t_device:.0f}x"),
+        (f"{name}: end-to-end from host uint64 ids to host results (pinned chunks, hashed as they arrive)",
+         f"{t_end['hash'] * 1e3:.1f} ms", f"np.unique+csgraph {peer_ms:.0f} ms", f"{t_peer / t_end['hash']:.0f}x"),
+        (f"{name}: same, ids sorted after the copy", f"{t_end['sort'] * 1e3:.1f} ms", f"{peer_ms:.0f} ms",
+         f"{t_peer / t_end['sort']:.0f}x"),
+        (f"{name}: same, first call after free_gpu_memory (buffers allocated)", f"{t_first * 1e3:.1f} ms",
+         f"{peer_ms:.0f} ms", f"{t_peer / t_first:.0f}x"),
     ]
-    del edges_dev, ids_dev, index_dev, roots
+    del edges_dev, ids_dev, index_dev, roots, component_dev, sizes_dev
+
+
+def stage_sweep(xp, edges, repeat):
+    """The pinned, chunked host-to-device copy and the whole call for a few thread counts and chunk
+    sizes (the library's defaults restored after)."""
+    from ivote import _backend
+
+    defaults = (_backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS)
+    lines = []
+    try:
+        for threads in (1, 2, 4, 8, 12):
+            for chunk_mib, slots in ((2, 32), (4, 16), (8, 8), (16, 4)):
+                _backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS = threads, chunk_mib << 20, slots
+                _backend.to_device_staged(edges, xp)
+                t_copy, _ = time_host(lambda: _backend.to_device_staged(edges, xp), repeat)
+                connected_components(edges)
+                t_end, _ = time_host(lambda: connected_components(edges), repeat)
+                lines.append(f"threads {threads}, chunks {chunk_mib} MiB x {slots}: copy {t_copy * 1e3:.2f} ms, "
+                             f"end to end {t_end * 1e3:.2f} ms")
+                print(lines[-1], file=sys.stderr, flush=True)
+    finally:
+        _backend.STAGE_THREADS, _backend.STAGE_CHUNK_BYTES, _backend.STAGE_SLOTS = defaults
+    return lines
 
 
 def bench_mask(xp, size, repeat, rows):
@@ -179,6 +262,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-10x", action="store_true", help="skip the graph ten times larger")
     parser.add_argument("--csv", action="store_true", help="also time reading the graph from CSV (CPU)")
     parser.add_argument("--no-gpu", action="store_true", help="SciPy side only")
+    parser.add_argument("--stage-sweep", action="store_true",
+                        help="also time the pinned chunked copy for a few thread counts and chunk sizes (1x graph)")
     parser.add_argument("--mask-size", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", default=None, help="write the table as Markdown here")
@@ -193,6 +278,7 @@ def main(argv=None) -> int:
     if args.csv:
         bench_csv(edges, rows)
     bench_graph(xp, "1x", edges, MICRONS["n_components"], args.repeat, rows)
+    sweep = stage_sweep(xp, edges, args.repeat) if args.stage_sweep and xp is not np else []
     del edges
     if not (args.quick or args.no_10x):
         big = {key: 10 * value for key, value in MICRONS.items()}
@@ -207,6 +293,9 @@ def main(argv=None) -> int:
         "| case | ours | peer | ratio (peer/ours) |",
         "|---|---|---|---|",
     ] + [f"| {case} | {ours} | {peer} | {ratio} |" for case, ours, peer, ratio in rows]
+    if sweep:
+        lines += ["", "Pinned chunked copy of the 1x graph's edges (median of the repeats):", ""]
+        lines += [f"- {line}" for line in sweep]
     print("\n".join(lines))
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

@@ -12,7 +12,9 @@ Cases (full): 1024^2 with 200 nuclei and 256^3 with 300 nuclei, 500 iterations
   measured in the same run. ``--tile-sweep`` times it for a few tile shapes
   first and uses the fastest; ``--march-sweep`` the tiled kernel against the
   z-marching one (3D) or the full-width row one (2D) for a few configurations.
-* A breakdown of one call into phases (CUDA events, ``_segment.PROFILE``).
+* A breakdown of one call into phases (CUDA events, ``_segment.PROFILE``), and
+  of one call that waits for the GPU at every phase's end (``PROFILE_SYNC``: each
+  phase's own wall time, where the first breakdown's host times include waits).
 * NumPy path: the same call with a few iterations, per-iteration time
   extrapolated to 500 (the set-up, timed with 0 iterations, is added once).
 * scikit-image: ``skimage.segmentation.chan_vese`` run on each object's box for
@@ -127,14 +129,17 @@ def skimage_time(image, seeds, radius, n_objects):
     return (time.perf_counter() - t0) / len(subset) * len(seeds)
 
 
-def breakdown(image_d, centers, kwargs):
-    """{phase: (device ms, host ms)} of one call (after the warm-up of gpu_time)."""
+def breakdown(image_d, centers, kwargs, sync=False):
+    """{phase: (device ms, host ms)} of one call (after the warm-up of gpu_time); ``sync``: the GPU
+    waited for at every phase's end (``_segment.PROFILE_SYNC``), so host ms is each phase's wall time."""
     _segment.PROFILE = []
+    _segment.PROFILE_SYNC = sync
     try:
         segment_nuclei(image_d, centers, iterations=ITERATIONS, **kwargs)
         return _segment.PROFILE[0]
     finally:
         _segment.PROFILE = None
+        _segment.PROFILE_SYNC = False
 
 
 TILE_CANDIDATES = {2: [(1, 16, 16), (1, 8, 32), (1, 16, 32)], 3: [(4, 8, 16), (8, 8, 8), (4, 8, 8), (2, 16, 16)]}
@@ -203,6 +208,9 @@ def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, c
     phases = breakdown(image_d, centers, kwargs)
     print(f"{name} breakdown (device ms, host ms): "
           + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in phases.items()), flush=True)
+    synced = breakdown(image_d, centers, kwargs, sync=True)
+    print(f"{name} breakdown, GPU waited for at each phase's end (device ms, wall ms): "
+          + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in synced.items()), flush=True)
     default_s, _ = gpu_time(lambda: segment_nuclei(image_d, centers, iterations=ITERATIONS, radius=radius,
                                                     spacing=spacing), repeats=3)
     default_all_ms = [1e3 * t for t in LAST_TIMES]
@@ -219,7 +227,7 @@ def run_case(name, shape, n_nuclei, radius, numpy_iterations, skimage_objects, c
         "gpu_ms": 1e3 * gpu_s, "gpu_sparse_ms": 1e3 * sparse_s, "numpy_s": np_s, "numpy_iters": numpy_iterations, "skimage_s": sk_s,
         "skimage_objects": skimage_objects, "updates": updates, "cells": cells, "kernel_us": 1e6 * per_launch,
         "kernel_gbs": bandwidth / 1e9, "copy_gbs": copy_bw / 1e9, "f1": f1, "kernel": kernel_name,
-        "phases": phases, "default_ms": 1e3 * default_s, "sweep_us": sweep_us, "all_ms": all_ms,
+        "phases": phases, "synced": synced, "default_ms": 1e3 * default_s, "sweep_us": sweep_us, "all_ms": all_ms,
         "default_all_ms": default_all_ms,
         "config": (f"march {_cuda.MARCH}" if "march" in kernel_name else f"rows {_cuda.ROWS}" if "rows" in kernel_name
                    else f"tiles {_cuda.TILES[image.ndim]}"),
@@ -281,6 +289,11 @@ def main(argv=None):
                      + f"; defaults: {r['default_ms']:.1f} ms (min of "
                      + ", ".join(f"{t:.1f}" for t in r["default_all_ms"]) + "); tol=0 calls: "
                      + ", ".join(f"{t:.1f}" for t in r["all_ms"]) + " ms")
+    lines += ["", "The same call with the GPU waited for at every phase's end (device ms / wall ms: the phase's own "
+              "cost; the sum is slower than the whole call, whose host work overlaps the GPU's):", ""]
+    for r in rows:
+        lines.append(f"- {r['case']}: " + ", ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in r["synced"].items())
+                     + f"; sum of wall {sum(v[1] for v in r['synced'].values()):.1f} ms")
     for r in rows:
         if r["sweep_us"]:
             lines.append(f"- {r['case']}: fused kernel us/iteration by configuration: "

@@ -10,6 +10,9 @@
 #   accuracy  accuracy_detect.py on the GPU (needs the data in .eval_data/)
 #   segment   bench_segment.py (GPU and peers)
 #   features  bench_convrbm.py: 128^3, 32 filters of 5^3, 9^3 and 13^3, stride 1
+#   speed     the GPU tests of components, transfers and segmentation, bench_components.py (1x
+#             graph with the pinned-copy sweep, 512^3 mask), bench_segment.py --gpu-only with the
+#             library's kernels and with the kernel sweep, then every GPU test (at most 180 s)
 #
 # Each part writes its table to OUT_DIR/<part>.md and its log to the terminal.
 set -uo pipefail
@@ -32,6 +35,17 @@ for part in $parts; do
     features)
       python3 benchmarks/bench_convrbm.py --no-numpy --case 128x128x128:9:1 --case 128x128x128:5:1 \
         --case 128x128x128:13:1 --out "$out/features.md" || status=1 ;;
+    speed)
+      python3 -m ivote.cli info || status=1
+      python3 -m pytest tests/gpu/test_components_gpu.py tests/gpu/test_backend_gpu.py tests/gpu/test_segment_gpu.py \
+        tests/gpu/test_segment_dim3d_gpu.py tests/gpu/test_segment_connect_gpu.py -q -p no:cacheprovider 2>&1 \
+        | tee "$out/speed_tests.txt" | tail -25
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      python3 benchmarks/bench_components.py --no-10x --stage-sweep --repeat 7 --out "$out/components.md" || status=1
+      python3 benchmarks/bench_segment.py --gpu-only --out "$out/segment.md" || status=1
+      python3 benchmarks/bench_segment.py --gpu-only --march-sweep --out "$out/segment_sweep.md" || status=1
+      timeout 180 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.txt" | tail -15
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
     *) echo "unknown part: $part"; status=1 ;;
   esac
 done

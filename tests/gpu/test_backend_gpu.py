@@ -46,3 +46,35 @@ def test_transfers_and_modules():
     np.testing.assert_array_equal(_backend.to_host(dev), host)
     assert _backend.ndimage_module(xp).__name__ == "cupyx.scipy.ndimage"
     _backend.free_gpu_memory()
+
+
+@pytest.mark.parametrize("chunk_bytes, slots", [(4096, 2), (1000, 3), (1 << 22, 16)])
+def test_staged_transfer_round_trip(monkeypatch, chunk_bytes, slots):
+    # several passes around the ring of pinned buffers, a last chunk shorter than the others
+    monkeypatch.setattr(_backend, "STAGE_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(_backend, "STAGE_SLOTS", slots)
+    xp = _backend.default_xp()
+    host = np.random.default_rng(3).integers(0, 2**63, size=(10_007, 2), dtype=np.int64)
+    seen = []
+    sums = []
+    flat = None
+
+    def on_chunk(start, stop):
+        seen.append((start, stop))
+        sums.append(flat[start:stop].sum())  # queued on the current stream: must see the chunk
+
+    out = xp.empty(host.shape, dtype=host.dtype)
+    flat = out.reshape(-1)
+    device = _backend.to_device_staged(host, xp, on_chunk=on_chunk, out=out)
+    assert device is out
+    np.testing.assert_array_equal(_backend.to_host(device), host)
+    starts = [start for start, _ in seen]
+    assert starts == sorted(starts) and seen[0][0] == 0 and seen[-1][1] == host.size
+    assert all(a[1] == b[0] for a, b in zip(seen, seen[1:]))
+    expected = [host.reshape(-1)[start:stop].sum() for start, stop in seen]
+    np.testing.assert_array_equal([int(s) for s in sums], expected)
+    pinned = _backend.to_host_pinned([device, device[:0]], xp)
+    np.testing.assert_array_equal(pinned[0], host)
+    assert pinned[1].shape == (0, 2)
+    with pytest.raises(ValueError, match="out"):
+        _backend.to_device_staged(host, xp, out=xp.empty(3, dtype=host.dtype))

@@ -78,6 +78,52 @@ def test_random_graphs_ids_near_2_64(xp, n_vertices, n_edges):
     assert_same_components(from_host, expected)
 
 
+@pytest.mark.parametrize("compaction", ["hash", "sort"])
+def test_host_edges_in_chunks_both_compactions(xp, monkeypatch, compaction):
+    # many small chunks around the ring of pinned buffers; the id 2**64 - 1 (the table's empty mark)
+    from ivote import _backend
+    from ivote.components import _cuda
+
+    monkeypatch.setattr(_backend, "STAGE_CHUNK_BYTES", 8192)
+    monkeypatch.setattr(_backend, "STAGE_SLOTS", 3)
+    monkeypatch.setattr(_cuda, "COMPACTION", compaction)
+    rng = np.random.default_rng(11)
+    ids, edges = random_graph(rng, 30_000, 40_000, id_low=2**64 - 100_000)
+    edges[::97, 0] = np.uint64(2**64 - 1)
+    isolated = np.concatenate([ids[::13], [2**64 - 2]]).astype(np.uint64)
+    expected = _reference.connected_components_ref(edges, vertices=isolated)
+    result = connected_components(edges, vertices=isolated)
+    assert isinstance(result.component, np.ndarray) and isinstance(result.vertex_ids, np.ndarray)
+    assert result.vertex_ids[-1] == np.uint64(2**64 - 1)
+    assert_same_components(result, expected)
+    assert_same_components(connected_components(xp.asarray(edges), vertices=xp.asarray(isolated)), expected)
+    small = rng.integers(0, 3000, size=(50_000, 2)).astype(np.int64)
+    expected = _reference.connected_components_ref(small.astype(np.uint64), n_vertices=4000)
+    assert_same_components(connected_components(small, n_vertices=4000), expected)
+    with pytest.raises(ValueError, match="n_vertices"):
+        connected_components(small, n_vertices=2000)
+    small[-1, 1] = -5
+    with pytest.raises(ValueError, match="negative"):
+        connected_components(small)
+
+
+def test_hash_compaction_equals_sorting(xp):
+    from ivote.components import _cuda
+
+    rng = np.random.default_rng(5)
+    for ids in (rng.integers(0, 50, size=(10_000, 2)), rng.integers(0, 2**64, size=(70_001, 2), dtype=np.uint64)):
+        edges = xp.asarray(ids.astype(np.uint64))
+        vertices = xp.asarray(rng.integers(0, 2**64, size=100, dtype=np.uint64))
+        table = _cuda.HashCompaction(xp, edges.size + vertices.size)
+        slots = xp.empty(edges.shape, dtype=table.slot_dtype)
+        table.insert(edges.reshape(-1), slots.reshape(-1))
+        table.insert(vertices, xp.empty(vertices.size, dtype=table.slot_dtype))
+        vertex_ids, rank = table.finish()
+        sorted_ids, sorted_index = _cuda.compact_ids_sorted(xp, edges, vertices)
+        np.testing.assert_array_equal(to_host(vertex_ids), to_host(sorted_ids))
+        np.testing.assert_array_equal(to_host(rank[slots]), to_host(sorted_index))
+
+
 def test_union_find_is_deterministic_under_races(xp):
     # few vertices, many edges: heavy contention on the same roots
     rng = np.random.default_rng(7)

@@ -317,3 +317,35 @@ def test_device_merge_in_chunks_matches_one_launch(monkeypatch):
     np.testing.assert_array_equal(bounds, _merge._host_hull_lower_bounds(truth, pairs, regions))
     chunked = _merge._union_masks(xp.asarray(truth), pairs, None)
     assert all(c.shape == m.shape and np.array_equal(c, m) for c, m in zip(chunked, masks))
+
+
+@pytest.mark.parametrize("shape", [(128, 128), (40, 48, 48)])
+def test_drop_faint_gpu_equals_numpy(shape):
+    # the same labels and sizes kept on both backends: dimmed nuclei, seeds with no pixels, boxes
+    # that leave the image
+    from ivote.segment import _segment
+
+    xp = ivote._backend.select_xp("cupy")
+    image, truth, centers, spacing, radius = synthetic_nuclei(shape, radius=6, n_nuclei=20, seed=3)
+    labels = np.zeros_like(truth)
+    for k, centre in enumerate(centers, start=1):  # label k is the object of seed k
+        labels[truth == truth[tuple(np.rint(centre).astype(int))]] = k
+    image = image.copy()
+    background = float(np.median(image[truth == 0]))
+    for k in (2, 5, 9):
+        image[labels == k] = background
+    seeds = np.concatenate([centers, np.zeros((1, len(shape))), np.asarray([shape]) - 1.0])
+    spacing_n = tuple(s / min(spacing) for s in spacing)
+    results = []
+    for module in (np, xp):
+        normalised = _segment._normalise(ivote._backend.to_device(image, module), "bright", module)
+        batch = _segment._build_batch(normalised, seeds, radius, spacing_n, dict(_segment.DEFAULT_WEIGHTS), 1.5,
+                                      module)
+        phi = module.zeros((len(seeds), 1), dtype=module.float32)
+        kept, sizes = _segment._drop_faint(ivote._backend.to_device(labels, module), phi, batch, 0.1, module)
+        results.append((to_host(kept), to_host(sizes)))
+    (kept_np, sizes_np), (kept_gpu, sizes_gpu) = results
+    assert {2, 5, 9} <= set(np.flatnonzero(sizes_np[1:] == 0) + 1)  # the dimmed ones went
+    assert (sizes_np[1:] > 0).sum() >= 10
+    np.testing.assert_array_equal(kept_gpu, kept_np)
+    np.testing.assert_array_equal(sizes_gpu, sizes_np)

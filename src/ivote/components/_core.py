@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backend import default_xp, get_array_module, to_device, to_host
+from .._backend import default_xp, get_array_module, to_device, to_host, to_host_pinned
 from .._typing import Array, ArrayLike, Spacing
 from .._validate import check_image, check_positive, check_spacing
 from . import _reference
@@ -180,19 +180,37 @@ def label(mask: ArrayLike | Array, *, connectivity: int | None = None) -> Labell
     return Labelling(labels if xp_in is np else to_device(labels, xp_in), count)
 
 
-def _as_ids(values, name: str, xp):
-    """Integer ids as a uint64 array on ``xp`` (signedness returned), negatives rejected."""
-    values = xp.asarray(values) if get_array_module(values) is xp else to_device(np.asarray(values), xp)
+def _uint64_ids(values, name: str, module):
+    """Integer ids as a C-contiguous uint64 array of ``module`` (no copy when they are 64-bit
+    already) and whether they were signed; negatives are checked by :func:`_check_not_negative`."""
     if values.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integer vertex ids (int or uint, up to 64 bits); got dtype {values.dtype}")
     signed = values.dtype.kind == "i"
     if signed:
-        if values.size and bool((values < 0).any()):
-            raise ValueError(f"{name} must hold non-negative vertex ids; found a negative id")
         values = values.astype(np.int64, copy=False).view(np.uint64)
     else:
         values = values.astype(np.uint64, copy=False)
-    return xp.ascontiguousarray(values), signed
+    return module.ascontiguousarray(values), signed
+
+
+def _check_not_negative(ids, signed: bool, name: str) -> None:
+    if signed and ids.size and bool((ids.view(np.int64) < 0).any()):
+        raise ValueError(f"{name} must hold non-negative vertex ids; found a negative id")
+
+
+def _check_below(edge_ids, n_vertices: int) -> None:
+    if edge_ids.size and int(edge_ids.max()) >= n_vertices:
+        raise ValueError(
+            f"edges hold the id {int(edge_ids.max())}, but n_vertices={n_vertices} allows only 0..{n_vertices - 1}"
+        )
+
+
+def _as_ids(values, name: str, xp):
+    """Integer ids as a uint64 array on ``xp`` (signedness returned), negatives rejected."""
+    values = xp.asarray(values) if get_array_module(values) is xp else to_device(np.asarray(values), xp)
+    ids, signed = _uint64_ids(values, name, xp)
+    _check_not_negative(ids, signed, name)
+    return ids, signed
 
 
 def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = None,
@@ -222,10 +240,13 @@ def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = N
     Notes
     -----
     CPU: ids compacted by ``numpy.unique``, then
-    ``scipy.sparse.csgraph.connected_components``. GPU: ids sorted and compacted
-    on the device, then a union-find in the style of ECL-CC [1]_ over the edge
-    list (start at the smallest neighbour, hook roots with atomicCAS, compress
-    paths by pointer jumping).
+    ``scipy.sparse.csgraph.connected_components``. GPU: ids compacted on the
+    device by a hash table (only the distinct ids are sorted; host edges are
+    copied through pinned memory in chunks, each hashed as it arrives while the
+    next ones are copied), then a union-find in the style of ECL-CC [1]_ over
+    the edge list (start at the smallest neighbour, hook roots with atomicCAS,
+    compress paths by pointer jumping). Host inputs give NumPy results in pinned
+    (page-locked) memory.
 
     References
     ----------
@@ -250,7 +271,13 @@ def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = N
         raise ValueError("give either n_vertices or vertices, not both")
     xp_in = get_array_module(edges, vertices)
     xp = _compute_module(edges, vertices)
-    edge_ids, signed = _as_ids(edges, "edges", xp)
+    # host edges for the GPU travel through pinned memory, their ids hashed as they arrive
+    staged = xp is not np and get_array_module(edges) is np
+    if staged:
+        edge_ids, signed = _uint64_ids(np.asarray(edges), "edges", np)
+    else:
+        edge_ids, signed = _as_ids(edges, "edges", xp)
+    edges_signed = signed
     if edge_ids.ndim != 2 or edge_ids.shape[1] != 2:
         raise ValueError(f"edges must be an (E, 2) array, one edge per row; got shape {edge_ids.shape}")
     if vertices is not None:
@@ -263,15 +290,23 @@ def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = N
         if isinstance(n_vertices, bool) or not isinstance(n_vertices, Integral) or n_vertices < 0:
             raise ValueError(f"n_vertices must be a non-negative integer; got {n_vertices!r}")
         n_vertices = int(n_vertices)
-        if edge_ids.size and int(edge_ids.max()) >= n_vertices:
-            raise ValueError(
-                f"edges hold the id {int(edge_ids.max())}, but n_vertices={n_vertices} allows only 0..{n_vertices - 1}"
-            )
+        if not staged:
+            _check_below(edge_ids, n_vertices)
     elif edge_ids.size == 0 and (vertex_list is None or vertex_list.size == 0):
         raise ValueError("the graph is empty: edges has no rows and no vertices were given")
 
     if xp is np:
         result = _reference.connected_components_ref(edge_ids, n_vertices=n_vertices, vertices=vertex_list)
+    elif staged:
+        from . import _cuda
+
+        def check(on_device):
+            _check_not_negative(on_device, edges_signed, "edges")
+            if n_vertices is not None:
+                _check_below(on_device, n_vertices)
+
+        result = _cuda.connected_components_from_host(xp, edge_ids, n_vertices=n_vertices, vertices=vertex_list,
+                                                      check=check)
     else:
         from . import _cuda
 
@@ -279,7 +314,9 @@ def connected_components(edges: ArrayLike | Array, *, n_vertices: int | None = N
     vertex_ids, n_components, component, sizes = result
     if signed:
         vertex_ids = vertex_ids.view(np.int64)
-    if xp_in is np:
+    if xp_in is np and xp is not np:
+        vertex_ids, component, sizes = to_host_pinned([vertex_ids, component, sizes], xp)
+    elif xp_in is np:
         vertex_ids, component, sizes = to_host(vertex_ids), to_host(component), to_host(sizes)
     return GraphComponents(int(n_components), vertex_ids, component, sizes)
 

@@ -3,18 +3,28 @@
 Masks go to ``cupyx.scipy.ndimage.label`` (the same union-find idea as ours,
 already written and tested). Graphs and point clusters use the union-find
 kernels of ``kernels/components.cu``.
+
+Graph ids are compacted by hashing (``ivote_cc_hash_insert``: each endpoint finds
+its slot in an open-addressing table, then only the distinct ids are sorted),
+which also lets ids arriving from the host be hashed chunk by chunk while the
+next chunks are still being copied (:func:`connected_components_from_host`).
+Where the table would not fit in the GPU's free memory, the ids are sorted
+instead (:func:`compact_ids_sorted`); both give the same arrays.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._backend import get_kernel, ndimage_module, to_host
+from .._backend import get_kernel, gpu_memory_available, ndimage_module, to_device_staged, to_host
 from ._reference import label_dtype
 
 __all__ = [
     "cluster_points_gpu",
+    "compact_ids",
+    "compact_ids_sorted",
     "components_of_index_edges_gpu",
+    "connected_components_from_host",
     "connected_components_gpu",
     "cupy_label_supports",
     "label_gpu",
@@ -91,8 +101,8 @@ def components_of_index_edges_gpu(xp, index_edges, n_vertices: int):
     return canonical_from_roots(xp, roots)
 
 
-def compact_ids(xp, edges, vertices=None):
-    """Sorted distinct ids and the (E, 2) index of each endpoint among them."""
+def compact_ids_sorted(xp, edges, vertices=None):
+    """Sorted distinct ids and the (E, 2) index of each endpoint among them, by sorting every id."""
     flat = edges.ravel()
     ids = flat if vertices is None else xp.concatenate([flat, vertices])
     ids = xp.sort(ids)
@@ -105,6 +115,86 @@ def compact_ids(xp, edges, vertices=None):
     return vertex_ids, index.reshape(edges.shape)
 
 
+COMPACTION = "auto"
+"""How graph ids are compacted on the GPU: 'hash' (a table, where it fits in free memory: 'auto'),
+or 'sort' (every endpoint sorted); the same arrays either way."""
+
+_EMPTY_ID = np.uint64(2**64 - 1)
+
+
+class HashCompaction:
+    """Distinct 64-bit ids through an open-addressing table on the device (``ivote_cc_hash_insert``).
+
+    :meth:`insert` queues one contiguous run of ids (a chunk as it arrives) and writes each id's
+    slot; :meth:`finish` sorts the distinct ids and gives the rank of every slot, so that
+    ``rank[slots]`` is each id's index among the sorted distinct ids.
+    """
+
+    def __init__(self, xp, n_ids: int):
+        self.xp = xp
+        self.capacity = table_capacity(n_ids)
+        self.slot_dtype = np.dtype(np.int32 if self.capacity + 1 < 2**31 else np.int64)
+        self.table = xp.full(self.capacity, _EMPTY_ID, dtype=np.uint64)
+        self.has_max = xp.zeros(1, dtype=np.int32)
+        name = f"ivote_cc_hash_insert<{'int' if self.slot_dtype == np.int32 else 'long long'}>"
+        self.kernel = get_kernel("components", name, name_expressions=(name,))
+
+    def insert(self, ids, slots) -> None:
+        """Queue the insertion of ``ids`` (1D contiguous uint64) writing their ``slots`` (1D, slot_dtype)."""
+        n = int(ids.size)
+        if n:
+            self.kernel(_grid(n), (_THREADS,), (ids, np.int64(n), self.table, np.uint64(self.capacity - 1),
+                                                slots, self.has_max))
+
+    def finish(self):
+        """``(vertex_ids, rank)``: the sorted distinct ids and, per slot (and the extra slot of the
+        id 2**64 - 1), the index of its id among them."""
+        xp = self.xp
+        occupied = xp.flatnonzero(self.table != _EMPTY_ID)
+        keys = self.table[occupied]
+        if bool(self.has_max[0]):  # that id never enters the table: the extra slot past its end
+            keys = xp.concatenate([keys, xp.full(1, _EMPTY_ID, dtype=np.uint64)])
+            occupied = xp.concatenate([occupied, xp.full(1, self.capacity, dtype=occupied.dtype)])
+        order = xp.argsort(keys)
+        vertex_ids = keys[order]
+        dtype = _idx_dtype(vertex_ids.size)
+        rank = xp.empty(self.capacity + 1, dtype=dtype)
+        rank[occupied[order]] = xp.arange(vertex_ids.size, dtype=dtype)
+        return vertex_ids, rank
+
+
+def table_capacity(n_ids: int) -> int:
+    """Slots of the id table: a power of two at least twice the ids (so at most half full)."""
+    return 1 << max(10, int(2 * max(n_ids, 1) - 1).bit_length())
+
+
+def use_hash(xp, n_ids: int) -> bool:
+    """Whether to compact ``n_ids`` ids by hashing (:data:`COMPACTION`; 'auto': the table, its
+    ranks and the slots take at most half the GPU memory still available)."""
+    if COMPACTION not in ("auto", "hash", "sort"):
+        raise ValueError(f"COMPACTION must be 'auto', 'hash' or 'sort'; got {COMPACTION!r}")
+    if COMPACTION != "auto":
+        return COMPACTION == "hash"
+    capacity = table_capacity(n_ids)
+    index_bytes = 4 if capacity + 1 < 2**31 else 8
+    need = capacity * (8 + index_bytes) + n_ids * 2 * index_bytes
+    return need <= 0.5 * gpu_memory_available()
+
+
+def compact_ids(xp, edges, vertices=None):
+    """Sorted distinct ids and the (E, 2) index of each endpoint among them (edges C-contiguous)."""
+    n_ids = int(edges.size) + (0 if vertices is None else int(vertices.size))
+    if not use_hash(xp, n_ids):
+        return compact_ids_sorted(xp, edges, vertices)
+    table = HashCompaction(xp, n_ids)
+    slots = xp.empty(edges.shape, dtype=table.slot_dtype)
+    table.insert(edges.reshape(-1), slots.reshape(-1))
+    if vertices is not None:
+        table.insert(vertices, xp.empty(vertices.size, dtype=table.slot_dtype))
+    vertex_ids, rank = table.finish()
+    return vertex_ids, rank[slots]
+
+
 def connected_components_gpu(xp, edges, *, n_vertices=None, vertices=None):
     """GPU twin of ``_reference.connected_components_ref`` (uint64 ids on the device)."""
     if n_vertices is not None:
@@ -113,6 +203,37 @@ def connected_components_gpu(xp, edges, *, n_vertices=None, vertices=None):
     else:
         vertex_ids, index_edges = compact_ids(xp, edges, vertices)
     n_components, component, sizes = components_of_index_edges_gpu(xp, index_edges, vertex_ids.size)
+    return vertex_ids, n_components, component, sizes
+
+
+def connected_components_from_host(xp, edges, *, n_vertices=None, vertices=None, check=None):
+    """:func:`connected_components_gpu` of host uint64 ``edges`` (C-contiguous (E, 2)), hashing each
+    chunk of ids on the device as it arrives through pinned memory (``to_device_staged``) while the
+    next chunks are copied. ``vertices``: a device array or None; ``check(edges_on_device)`` runs
+    (and may raise) once every id is on the device. Results are device arrays."""
+    out = table = slots = None
+    n_ids = int(edges.size) + (0 if vertices is None else int(vertices.size))
+    hashed = n_vertices is None and use_hash(xp, n_ids)
+    if not hashed:
+        on_chunk = None
+    else:
+        table = HashCompaction(xp, n_ids)
+        out = xp.empty(edges.shape, dtype=np.uint64)
+        slots = xp.empty(edges.shape, dtype=table.slot_dtype)
+        ids_flat, slots_flat = out.reshape(-1), slots.reshape(-1)
+
+        def on_chunk(start, stop):
+            table.insert(ids_flat[start:stop], slots_flat[start:stop])
+
+    edges_device = to_device_staged(edges, xp, on_chunk=on_chunk, out=out)
+    if check is not None:
+        check(edges_device)
+    if table is None:
+        return connected_components_gpu(xp, edges_device, n_vertices=n_vertices, vertices=vertices)
+    if vertices is not None:
+        table.insert(vertices, xp.empty(vertices.size, dtype=table.slot_dtype))
+    vertex_ids, rank = table.finish()
+    n_components, component, sizes = components_of_index_edges_gpu(xp, rank[slots], vertex_ids.size)
     return vertex_ids, n_components, component, sizes
 
 

@@ -163,3 +163,58 @@ __global__ void ivote_cc_cluster_grid(const double* __restrict__ coords,
         }
     }
 }
+
+// Id compaction by hashing, the alternative to sorting every endpoint: each
+// endpoint finds (or claims) a slot of an open-addressing table of 64-bit ids,
+// chunk by chunk as the ids arrive from the host; afterwards only the distinct
+// ids are sorted. Empty slots hold ~0, so the id ~0 itself is given the slot
+// `mask + 1` just past the table and flagged in has_max.
+
+// ivote_cc_mix: splitmix64's finaliser, spreading nearby ids over the table.
+__device__ __forceinline__ unsigned long long ivote_cc_mix(unsigned long long x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+// ivote_cc_hash_insert<SlotT>: slot[i] = the table slot holding ids[i], inserting
+// it by linear probing (table of mask + 1 slots, a power of two, at most half
+// full). A slot, once claimed by atomicCAS, never changes, so a plain (volatile)
+// read that finds the id is final.
+template <typename SlotT>
+__global__ void ivote_cc_hash_insert(const unsigned long long* __restrict__ ids, const long long n,
+                                     unsigned long long* table, const unsigned long long mask,
+                                     SlotT* __restrict__ slot, int* has_max)
+{
+    const unsigned long long empty = ~0ULL;
+    volatile unsigned long long* vtable = table;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
+        const unsigned long long id = ids[i];
+        if (id == empty) {
+            slot[i] = (SlotT)(mask + 1);
+            *has_max = 1;
+            continue;
+        }
+        unsigned long long h = ivote_cc_mix(id) & mask;
+        while (true) {
+            unsigned long long seen = vtable[h];
+            if (seen == empty) seen = atomicCAS(&table[h], empty, id);
+            if (seen == empty || seen == id) break;
+            h = (h + 1) & mask;
+        }
+        slot[i] = (SlotT)h;
+    }
+}
+
+#ifdef IVOTE_NVCC_CHECK
+template __global__ void ivote_cc_hash_insert<int>(const unsigned long long*, const long long,
+                                                   unsigned long long*, const unsigned long long, int*, int*);
+template __global__ void ivote_cc_hash_insert<long long>(const unsigned long long*, const long long,
+                                                         unsigned long long*, const unsigned long long,
+                                                         long long*, int*);
+#endif

@@ -480,8 +480,9 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
     ``max_volume`` is in pixels. Each object merges at most once (with the partner giving the
     most convex union); the merged object keeps the lower label. ``boxes``: optional
     ``(origins (N, ndim), box_shape)`` of the regions that hold each label k (row k - 1), so
-    that only those are searched for a candidate pair's pixels; ``sizes``: optional host
-    array of every label's pixel count (index = label), found by a bincount otherwise.
+    that only those are searched for a candidate pair's pixels; ``sizes``: optional array
+    (host, or on the labels' backend) of every label's pixel count (index = label), found by
+    a bincount otherwise.
     The convex hulls of the candidate pairs are computed on a few threads (qhull and
     NumPy release the GIL); on the GPU, their 3D voxel counts in one kernel launch. ``mark``: optional ``mark(phase)`` called at the end of each
     phase (profiling).
@@ -494,7 +495,8 @@ def merge_split_objects(labels, *, max_volume: float, min_solidity: float = 0.95
     if len(pairs) == 0:
         return labels
     if sizes is None:
-        sizes = to_host(xp.bincount(labels.ravel(), minlength=n + 1))
+        sizes = xp.bincount(labels.ravel(), minlength=n + 1)
+    sizes = to_host(sizes)
     if boxes is not None:
         boxes = (np.asarray(to_host(boxes[0])), tuple(boxes[1]))
     small = [(int(a), int(b)) for a, b in pairs if sizes[a] + sizes[b] <= max_volume]

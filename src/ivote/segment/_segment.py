@@ -101,6 +101,10 @@ def _intensity_range(image, xp) -> tuple[float, float]:
 
 PROFILE = None
 """Set to a list to collect, per call, {phase: (device ms, host ms)} (benchmarks only)."""
+PROFILE_SYNC = False
+"""With :data:`PROFILE`: wait for the GPU at every phase's end, so that a phase's host ms is its
+own wall time (without it, the host runs ahead and a phase that reads a result to the host
+shows, as host time, the wait for the queued work of the phases before it)."""
 
 
 class _PhaseTimer:
@@ -120,6 +124,8 @@ class _PhaseTimer:
         if self.gpu:
             event = self.xp.cuda.Event()
             event.record()
+            if PROFILE_SYNC:
+                event.synchronize()
         self.marks.append((name, event, time.perf_counter()))
 
     def finish(self):
@@ -265,7 +271,8 @@ def _drop_faint(labels, phi, batch, min_contrast, xp):
     """Remove objects whose mean (normalised) intensity exceeds that of the rest of
     their box by less than ``min_contrast``: seeds on background or debris.
 
-    Returns the labels and the (N + 1,) host sizes of the objects kept (0 for removed ones)."""
+    Returns the labels and the (N + 1,) int64 sizes of the objects kept (0 for removed ones), both
+    on ``xp``: nothing waits for the GPU here (the merge reads the sizes with its touching pairs)."""
     n = phi.shape[0]
     mine = _object_membership(labels, batch, xp)
     counts = mine.reshape(n, -1).sum(axis=1).astype(xp.float64)
@@ -276,7 +283,7 @@ def _drop_faint(labels, phi, batch, min_contrast, xp):
     faint = (counts == 0) | (mean_in - mean_out < min_contrast)
     keep = xp.concatenate([xp.zeros(1, dtype=bool), ~faint])
     sizes = xp.concatenate([xp.zeros(1, dtype=xp.float64), xp.where(faint, 0.0, counts)])
-    return xp.where(keep[labels], labels, 0).astype(xp.int32), to_host(sizes).astype(np.int64)
+    return xp.where(keep[labels], labels, 0).astype(xp.int32), sizes.astype(np.int64)
 
 
 _BYTES_PER_CELL = 160  # per box cell: level set, image, masks, flat indices, distances, step temporaries
