@@ -175,3 +175,43 @@ def test_cli_segments_a_slide_block_by_block_as_in_memory(tmp_path):
     blocks = np.asarray(open_image(tmp_path / "blocks.zarr").data)
     assert memory.max() > 50
     np.testing.assert_array_equal(blocks, memory)
+
+
+def test_packed_zlib_tiles_equal_the_uncompressed_slide_and_the_tissue_is_an_ellipse(tmp_path):
+    # each distinct tile is compressed once and repeated: the pixels must be those written uncompressed
+    options = dict(tile=64, pattern=128, radius=RADIUS, glass_every=0, levels=4, tissue_fraction=0.3)
+    packed = write_synthetic_slide(tmp_path / "zlib.tif", (1000, 1300), compression="zlib", **options)
+    plain = write_synthetic_slide(tmp_path / "plain.tif", (1000, 1300), compression=None, **options)
+    for level, (a, b) in enumerate(zip(slide_levels(packed), slide_levels(plain))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"level {level}")
+    rgb = tifffile.imread(plain)
+    tissue = np.linalg.norm(-np.log(np.maximum(rgb / 255.0, 1e-6)), axis=-1) >= 0.15
+    assert 0.2 < tissue.mean() < 0.4  # about the fraction asked for, at the pattern tiles' grain
+    assert not tissue[:64].any() and not tissue[:, :64].any()  # glass around the section
+    assert tissue[400:600, 550:750].mean() > 0.2  # tissue at its centre
+    with pytest.raises(ValueError, match="tissue_fraction"):
+        write_synthetic_slide(tmp_path / "bad.tif", 256, tile=64, pattern=128, tissue_fraction=0.9)
+
+
+def test_slide_blocks_are_read_again_rather_than_kept_by_default(slide, monkeypatch):
+    # a slide's density kept for the second pass would grow with the slide (8 bytes per pixel)
+    import ivote.distributed._detect as engine
+
+    kept = []
+    original = engine._keeps_blocks
+    monkeypatch.setattr(engine, "_keeps_blocks", lambda *args: kept.append(original(*args)) or kept[-1])
+    rgb = open_image(slide).data
+    mask = slide_tissue(open_image(slide))
+    found = detect_chunked(rgb, RADIUS, chunks=256, scheduler="sync", tissue=mask, backend="numpy")
+    assert kept == [False]
+    found_kept = detect_chunked(rgb, RADIUS, chunks=256, scheduler="sync", tissue=mask, backend="numpy",
+                                cache_bytes=2**30)
+    assert kept == [False, True]
+    np.testing.assert_array_equal(found.points, found_kept.points)
+    grey = np.asarray(HematoxylinBlocks(rgb, tissue=mask).whole())
+    import zarr
+
+    store = zarr.create_array(store={}, shape=grey.shape, chunks=(256, 256), dtype=grey.dtype)
+    store[:] = grey
+    detect_chunked(store, RADIUS, chunks=256, scheduler="sync", backend="numpy")
+    assert kept[-1] is True  # a grey lazy array that fits is still read once
