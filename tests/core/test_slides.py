@@ -215,3 +215,53 @@ def test_slide_blocks_are_read_again_rather_than_kept_by_default(slide, monkeypa
     store[:] = grey
     detect_chunked(store, RADIUS, chunks=256, scheduler="sync", backend="numpy")
     assert kept[-1] is True  # a grey lazy array that fits is still read once
+
+
+def _features_by_label(path) -> dict:
+    import json
+
+    features = json.loads(path.read_text())["features"]
+    return {f["properties"]["measurements"]["label"]: f for f in features}
+
+
+def test_cli_segments_a_slide_block_by_block_to_geojson_as_in_memory(tmp_path, monkeypatch):
+    # the outlines streamed band by band from the labels' store are the in-memory export's, up to order
+    import ivote.export._bands as bands
+    from ivote.cli import main
+
+    path = write_synthetic_slide(tmp_path / "small.tif", 384, tile=128, pattern=256, radius=RADIUS, glass_every=0,
+                                 compression="zlib")
+    points = tmp_path / "points.csv"
+    assert main(["detect", str(path), "--radius", "3", "--out", str(points), "-q"]) == 0
+    common = ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+    assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.geojson")]) == 0
+    monkeypatch.setattr(bands, "_BAND_BYTES", 64 * 384 * 4)  # bands of 64 rows (the margin of 512 below each)
+    monkeypatch.setattr(bands, "DEFAULT_MARGIN", 32)
+    seen = []
+    original = bands.label_batches
+    monkeypatch.setattr(bands, "label_batches", lambda *a, **k: (seen.append(b) or b for b in original(
+        *a, **dict(k, margin=32))))
+    assert main(["segment", str(path), *common, "--chunks", "192", "--memory-limit", "64MB",
+                 "--out", str(tmp_path / "blocks.geojson")]) == 0
+    assert len(seen) >= 4  # several bands, each outlining the labels whose top row it holds
+    memory, blocks = _features_by_label(tmp_path / "memory.geojson"), _features_by_label(tmp_path / "blocks.geojson")
+    assert len(memory) > 50 and sorted(blocks) == sorted(memory)
+    for label, feature in memory.items():
+        assert blocks[label]["geometry"] == feature["geometry"], label
+        assert blocks[label]["properties"]["objectType"] == "detection"
+        got, want = blocks[label]["properties"]["measurements"], feature["properties"]["measurements"]
+        assert sorted(got) == sorted(want)
+        np.testing.assert_allclose([got[k] for k in sorted(want)], [want[k] for k in sorted(want)], rtol=1e-9)
+
+
+def test_cli_segment_block_by_block_refuses_outlines_of_a_volume(tmp_path, capsys):
+    from ivote.cli import main
+    from ivote.data import synthetic_nuclei
+
+    volume, *_ = synthetic_nuclei((16, 48, 48), radius=4, seed=0)
+    tifffile.imwrite(tmp_path / "vol.tif", volume.astype(np.float32), imagej=True, metadata={"axes": "ZYX"})
+    (tmp_path / "p.csv").write_text("z,y,x\n8,24,24\n")
+    assert main(["segment", str(tmp_path / "vol.tif"), "--points", str(tmp_path / "p.csv"), "--radius", "4",
+                 "--chunks", "24", "--out", str(tmp_path / "o.geojson"), "-q"]) == 2
+    assert "block by block takes a 2D image" in capsys.readouterr().err
+    assert not (tmp_path / "o.geojson").exists()
