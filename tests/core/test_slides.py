@@ -161,14 +161,22 @@ def test_cli_detects_a_slide_block_by_block_as_in_memory(slide, tmp_path):
     assert (tmp_path / "memory.csv").read_text() == (tmp_path / "blocks.csv").read_text()
 
 
-def test_cli_segments_a_slide_block_by_block_as_in_memory(tmp_path):
+@pytest.fixture
+def seeded_slide(tmp_path):
+    """A small slide without glass, its cells detected: (path, the segment command's common options)."""
     from ivote.cli import main
 
     path = write_synthetic_slide(tmp_path / "small.tif", 384, tile=128, pattern=256, radius=RADIUS, glass_every=0,
                                  compression="zlib")
     points = tmp_path / "points.csv"
     assert main(["detect", str(path), "--radius", "3", "--out", str(points), "-q"]) == 0
-    common = ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+    return path, ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+
+
+def test_cli_segments_a_slide_block_by_block_as_in_memory(seeded_slide, tmp_path):
+    from ivote.cli import main
+
+    path, common = seeded_slide
     assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.tif")]) == 0
     assert main(["segment", str(path), *common, "--chunks", "192", "--out", str(tmp_path / "blocks.zarr")]) == 0
     memory = np.asarray(open_image(tmp_path / "memory.tif").data)
@@ -224,16 +232,12 @@ def _features_by_label(path) -> dict:
     return {f["properties"]["measurements"]["label"]: f for f in features}
 
 
-def test_cli_segments_a_slide_block_by_block_to_geojson_as_in_memory(tmp_path, monkeypatch):
+def test_cli_segments_a_slide_block_by_block_to_geojson_as_in_memory(seeded_slide, tmp_path, monkeypatch):
     # the outlines streamed band by band from the labels' store are the in-memory export's, up to order
     import ivote.export._bands as bands
     from ivote.cli import main
 
-    path = write_synthetic_slide(tmp_path / "small.tif", 384, tile=128, pattern=256, radius=RADIUS, glass_every=0,
-                                 compression="zlib")
-    points = tmp_path / "points.csv"
-    assert main(["detect", str(path), "--radius", "3", "--out", str(points), "-q"]) == 0
-    common = ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+    path, common = seeded_slide
     assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.geojson")]) == 0
     monkeypatch.setattr(bands, "_BAND_BYTES", 64 * 384 * 4)  # bands of 64 rows (the margin of 512 below each)
     monkeypatch.setattr(bands, "DEFAULT_MARGIN", 32)
