@@ -161,17 +161,111 @@ def test_cli_detects_a_slide_block_by_block_as_in_memory(slide, tmp_path):
     assert (tmp_path / "memory.csv").read_text() == (tmp_path / "blocks.csv").read_text()
 
 
-def test_cli_segments_a_slide_block_by_block_as_in_memory(tmp_path):
+@pytest.fixture
+def seeded_slide(tmp_path):
+    """A small slide without glass, its cells detected: (path, the segment command's common options)."""
     from ivote.cli import main
 
     path = write_synthetic_slide(tmp_path / "small.tif", 384, tile=128, pattern=256, radius=RADIUS, glass_every=0,
                                  compression="zlib")
     points = tmp_path / "points.csv"
     assert main(["detect", str(path), "--radius", "3", "--out", str(points), "-q"]) == 0
-    common = ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+    return path, ["--points", str(points), "--radius", "3", "--iterations", "40", "-q"]
+
+
+def test_cli_segments_a_slide_block_by_block_as_in_memory(seeded_slide, tmp_path):
+    from ivote.cli import main
+
+    path, common = seeded_slide
     assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.tif")]) == 0
     assert main(["segment", str(path), *common, "--chunks", "192", "--out", str(tmp_path / "blocks.zarr")]) == 0
     memory = np.asarray(open_image(tmp_path / "memory.tif").data)
     blocks = np.asarray(open_image(tmp_path / "blocks.zarr").data)
     assert memory.max() > 50
     np.testing.assert_array_equal(blocks, memory)
+
+
+def test_packed_zlib_tiles_equal_the_uncompressed_slide_and_the_tissue_is_an_ellipse(tmp_path):
+    # each distinct tile is compressed once and repeated: the pixels must be those written uncompressed
+    options = dict(tile=64, pattern=128, radius=RADIUS, glass_every=0, levels=4, tissue_fraction=0.3)
+    packed = write_synthetic_slide(tmp_path / "zlib.tif", (1000, 1300), compression="zlib", **options)
+    plain = write_synthetic_slide(tmp_path / "plain.tif", (1000, 1300), compression=None, **options)
+    for level, (a, b) in enumerate(zip(slide_levels(packed), slide_levels(plain))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"level {level}")
+    rgb = tifffile.imread(plain)
+    tissue = np.linalg.norm(-np.log(np.maximum(rgb / 255.0, 1e-6)), axis=-1) >= 0.15
+    assert 0.2 < tissue.mean() < 0.4  # about the fraction asked for, at the pattern tiles' grain
+    assert not tissue[:64].any() and not tissue[:, :64].any()  # glass around the section
+    assert tissue[400:600, 550:750].mean() > 0.2  # tissue at its centre
+    with pytest.raises(ValueError, match="tissue_fraction"):
+        write_synthetic_slide(tmp_path / "bad.tif", 256, tile=64, pattern=128, tissue_fraction=0.9)
+
+
+def test_slide_blocks_are_read_again_rather_than_kept_by_default(slide, monkeypatch):
+    # a slide's density kept for the second pass would grow with the slide (8 bytes per pixel)
+    import ivote.distributed._detect as engine
+
+    kept = []
+    original = engine._keeps_blocks
+    monkeypatch.setattr(engine, "_keeps_blocks", lambda *args: kept.append(original(*args)) or kept[-1])
+    rgb = open_image(slide).data
+    mask = slide_tissue(open_image(slide))
+    found = detect_chunked(rgb, RADIUS, chunks=256, scheduler="sync", tissue=mask, backend="numpy")
+    assert kept == [False]
+    found_kept = detect_chunked(rgb, RADIUS, chunks=256, scheduler="sync", tissue=mask, backend="numpy",
+                                cache_bytes=2**30)
+    assert kept == [False, True]
+    np.testing.assert_array_equal(found.points, found_kept.points)
+    grey = np.asarray(HematoxylinBlocks(rgb, tissue=mask).whole())
+    import zarr
+
+    store = zarr.create_array(store={}, shape=grey.shape, chunks=(256, 256), dtype=grey.dtype)
+    store[:] = grey
+    detect_chunked(store, RADIUS, chunks=256, scheduler="sync", backend="numpy")
+    assert kept[-1] is True  # a grey lazy array that fits is still read once
+
+
+def _features_by_label(path) -> dict:
+    import json
+
+    features = json.loads(path.read_text())["features"]
+    return {f["properties"]["measurements"]["label"]: f for f in features}
+
+
+def test_cli_segments_a_slide_block_by_block_to_geojson_as_in_memory(seeded_slide, tmp_path, monkeypatch):
+    # the outlines streamed band by band from the labels' store are the in-memory export's, up to order
+    import ivote.export._bands as bands
+    from ivote.cli import main
+
+    path, common = seeded_slide
+    assert main(["segment", str(path), *common, "--out", str(tmp_path / "memory.geojson")]) == 0
+    monkeypatch.setattr(bands, "_BAND_BYTES", 64 * 384 * 4)  # bands of 64 rows (the margin of 512 below each)
+    monkeypatch.setattr(bands, "DEFAULT_MARGIN", 32)
+    seen = []
+    original = bands.label_batches
+    monkeypatch.setattr(bands, "label_batches", lambda *a, **k: (seen.append(b) or b for b in original(
+        *a, **dict(k, margin=32))))
+    assert main(["segment", str(path), *common, "--chunks", "192", "--memory-limit", "64MB",
+                 "--out", str(tmp_path / "blocks.geojson")]) == 0
+    assert len(seen) >= 4  # several bands, each outlining the labels whose top row it holds
+    memory, blocks = _features_by_label(tmp_path / "memory.geojson"), _features_by_label(tmp_path / "blocks.geojson")
+    assert len(memory) > 50 and sorted(blocks) == sorted(memory)
+    for label, feature in memory.items():
+        assert blocks[label]["geometry"] == feature["geometry"], label
+        assert blocks[label]["properties"]["objectType"] == "detection"
+        got, want = blocks[label]["properties"]["measurements"], feature["properties"]["measurements"]
+        assert sorted(got) == sorted(want)
+        np.testing.assert_allclose([got[k] for k in sorted(want)], [want[k] for k in sorted(want)], rtol=1e-9)
+
+
+def test_cli_segment_block_by_block_refuses_outlines_of_a_volume(tmp_path, capsys):
+    from ivote.cli import main
+    from ivote.data import synthetic_nuclei
+
+    volume, *_ = synthetic_nuclei((16, 48, 48), radius=4, seed=0)
+    tifffile.imwrite(tmp_path / "vol.tif", volume.astype(np.float32), imagej=True, metadata={"axes": "ZYX"})
+    (tmp_path / "p.csv").write_text("z,y,x\n8,24,24\n")
+    assert main(["segment", str(tmp_path / "vol.tif"), "--points", str(tmp_path / "p.csv"), "--radius", "4",
+                 "--chunks", "24", "--out", str(tmp_path / "o.geojson"), "-q"]) == 2
+    assert "block by block takes a 2D image" in capsys.readouterr().err
+    assert not (tmp_path / "o.geojson").exists()

@@ -122,7 +122,8 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
         region fits (a lazy array such as Zarr, local scheduler), the first pass
         reads them whole and keeps them; otherwise it reads each block with a
         few voxels of margin and the detection pass reads it again. Default: a
-        quarter of the host's physical memory; 0: never keep.
+        quarter of the host's physical memory, 0 for an H&E slide (its density
+        kept would grow with the slide); 0: never keep.
     **detect_kwargs
         ``polarity``, ``blur``, ``threshold``, ``min_contrast``, ``backend``,
         ``stains`` (RGB), as in :func:`ivote.iterative_voting`; ``tissue`` (RGB:

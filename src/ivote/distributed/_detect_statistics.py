@@ -130,8 +130,19 @@ def _keeps_blocks(image, scheduler, regions, dtype, cache_bytes) -> bool:
     """Whether the first pass reads each block's whole detection region and keeps it
     for the detection pass (each block read once): a lazy array (Zarr, Dask, ...),
     local tasks, and every region together within ``cache_bytes`` of host memory
-    (default: a quarter of the host's physical memory)."""
+    (default: a quarter of the host's physical memory; for an H&E slide, 0).
+
+    A slide's blocks are not kept by default: kept, its hematoxylin density (8 bytes
+    per pixel, glass included) would make host memory grow with the slide up to the
+    cache's size, where reading a slide block by block is meant to hold a few blocks;
+    read again, a block costs the decoding of its tiles and the colour transform
+    (about 14 Mpixel/s per thread on the 2-core VM, docs/qupath-fiji.md), little
+    beside its detection on the CPU."""
+    from ..detect._colour_blocks import HematoxylinBlocks
+
     if isinstance(image, np.ndarray) or _client(scheduler) is not None:
+        return False
+    if cache_bytes is None and isinstance(image, HematoxylinBlocks):
         return False
     if cache_bytes is None:
         try:

@@ -56,7 +56,8 @@ _OUT_SUFFIXES = {"labels": (".tif", ".tiff", ".zarr"), "geojson": (".geojson", "
 
 
 def _cmd_segment_chunked(args) -> int:
-    """Segment block by block on Dask (``ivote.distributed.segment_chunked``); labels to OME-Zarr."""
+    """Segment block by block on Dask (``ivote.distributed.segment_chunked``); labels to OME-Zarr, or a 2D
+    image's outlines (GeoJSON, ROI set) streamed band by band of rows from the labels' Zarr store."""
 
     import numpy as np
 
@@ -67,15 +68,18 @@ def _cmd_segment_chunked(args) -> int:
     from ..distributed._options import chunks_option, engine
     from ..io import check_output_path, read_points_csv
 
-    if _output_format(args) != "labels":
-        raise ValueError(f"--format {_output_format(args)} is written from labels in memory: segment block by block "
-                         "to .zarr, then 'ivote export LABELS.zarr --out FILE' (or drop --chunks/--scheduler)")
-    out = check_output_path(args.out, (".zarr",))
+    out_format = _output_format(args)
+    out = check_output_path(args.out, (".zarr",) if out_format == "labels" else _OUT_SUFFIXES[out_format],
+                            inputs=(args.input, args.points))
     image = open_image(args.input, axes=args.axes, scene=None if str(args.scene).lower() == "all" else args.scene)
     image = image.select_channel(args.channel)
     if set(image.axes) - set("ZYX") and image.axes != "YXS":
         raise ValueError(f"{args.input} has axes {image.axes}: chunked segmentation takes one grey YX or ZYX "
                          "image or a YX RGB one (pick a channel with --channel, or drop --chunks/--scheduler)")
+    if out_format != "labels" and len(image.spatial_axes) != 2:
+        raise ValueError(f"--format {out_format} block by block takes a 2D image (its outlines are streamed band "
+                         f"by band of rows); {args.input} is {image.axes}: write the labels to .zarr, or drop "
+                         "--chunks/--scheduler")
     grey, polarity = image.data, args.polarity
     if image.is_rgb:  # H&E: each block's hematoxylin density, as _grey in memory (detect/_colour_blocks.py)
         from ..detect._colour_blocks import HematoxylinBlocks
@@ -100,9 +104,16 @@ def _cmd_segment_chunked(args) -> int:
                 backend=args.backend, memory_limit=args.memory_limit)
             import dask.array as da
 
-            with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
-                written = write_image(out, da.from_zarr(result.labels), axes=image.spatial_axes, spacing=spacing,
-                                      translate=image.origin if spacing is not None else None, name="labels")
+            translate = image.origin if spacing is not None else None
+            if out_format != "labels":  # outlines of the labels' store, band by band (ivote.export)
+                from ..export import export_labels
+
+                with cli_progress(args.quiet) as progress, progress.step(f"writing the outlines ({out_format})"):
+                    written = export_labels(out, result.labels, to=out_format, spacing=spacing, translate=translate)
+            else:
+                with cli_progress(args.quiet) as progress, progress.step("writing the labels"):
+                    written = write_image(out, da.from_zarr(result.labels), axes=image.spatial_axes, spacing=spacing,
+                                          translate=translate, name="labels")
     print(f"{result.count} nuclei from {len(points)} seeds in {time.perf_counter() - start:.2f} s, blocks of "
           f"{'x'.join(map(str, result.chunks))}, {result.iterations} iterations, {result.passes} pass(es), "
           f"{result.seam_merges} seam merges -> {written}")
@@ -222,7 +233,8 @@ def register(subparsers) -> None:
     from ..distributed._options import add_engine_options
 
     chunked = parser.add_argument_group("large images (block by block on Dask; see docs/scale.md); any of these "
-                                        "writes the labels to OME-Zarr, with the in-memory labels")
+                                        "writes the labels to OME-Zarr (2D: or their outlines, --format), with the "
+                                        "in-memory labels")
     add_engine_options(
         chunked,
         chunks_help="voxels each block owns, one number or one per axis (default: about 256 per axis, 2048 in 2D, "
