@@ -19,7 +19,7 @@ set -uo pipefail
 out=${1:?usage: device_check.sh OUT_DIR [parts...]}
 shift
 mkdir -p "$out"
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 parts=${*:-tests detect segment features}
 status=0
 for part in $parts; do
