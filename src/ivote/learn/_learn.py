@@ -143,7 +143,7 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
     if n_positive == len(y):
         raise IvoteError("every candidate is a nucleus: delete at least one false detection before learning "
                          "(the detector learns what is not a nucleus from the deleted points)")
-    forest, oob, _ = fit_forest(x, y, n_trees=n_trees, seed=seed)
+    forest, oob = fit_forest(x, y, n_trees=n_trees, seed=seed)
     missing = ~np.isfinite(oob)
     if missing.any():
         oob[missing] = forest.probability(x[missing])
