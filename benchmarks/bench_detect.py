@@ -91,7 +91,7 @@ def stage_times(xp, device_image, radius, repeat=3):
     greedy scan of the maxima on the host (wall ms, after the synchronisation)."""
     from ivote.detect._cuda import detect
     from ivote.detect._plan import make_plan
-    from ivote.detect._voting import _kept_cells
+    from ivote.detect._cells import _kept_cells
 
     ndim = device_image.ndim
     plan = make_plan(radius, (1.0,) * ndim, ndim)

@@ -480,10 +480,10 @@ def _detect_child(job: dict, mode: str) -> dict:
 def _time_phases() -> dict:
     """Wall seconds of each pass over the blocks (by task function) and the reads summed over
     the tasks' threads, filled in as ``detect_chunked`` runs."""
-    from ivote.distributed import _detect
+    from ivote.distributed import _detect, _detect_block, _detect_statistics, _tasks
 
     phases: dict = {}
-    run, read = _detect._Runner.run, _detect._read
+    run, read = _tasks._Runner.run, _tasks._read
 
     def timed_run(self, function, *args, **kwargs):
         start = time.perf_counter()
@@ -500,8 +500,10 @@ def _time_phases() -> dict:
         finally:
             phases["reads (summed)"] = phases.get("reads (summed)", 0.0) + time.perf_counter() - start
 
-    _detect._Runner.run, _detect._read = timed_run, timed_read
-    enter, leave = _detect.gpu_limit.__enter__, _detect.gpu_limit.__exit__
+    _tasks._Runner.run = timed_run
+    for module in (_detect, _detect_block, _detect_statistics):  # each reads its blocks through its own name
+        module._read = timed_read
+    enter, leave = _tasks.gpu_limit.__enter__, _tasks.gpu_limit.__exit__
 
     def timed_enter(self):
         enter(self)
@@ -511,7 +513,7 @@ def _time_phases() -> dict:
         phases["GPU held"] = phases.get("GPU held", 0.0) + time.perf_counter() - self.entered
         return leave(self, *exc)
 
-    _detect.gpu_limit.__enter__, _detect.gpu_limit.__exit__ = timed_enter, timed_exit
+    _tasks.gpu_limit.__enter__, _tasks.gpu_limit.__exit__ = timed_enter, timed_exit
     return phases
 
 

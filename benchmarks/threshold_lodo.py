@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_detect import (DEFAULT_DATA, DEFAULT_MIN_CONTRAST, RADIUS_FACTOR, dataset_geometry,  # noqa: E402
                              load_dataset, oracle_match, true_radius)
 
-from ivote.detect import _voting, iterative_voting  # noqa: E402
+from ivote.detect import _thresholds, iterative_voting  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 TYPICAL = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
@@ -52,7 +52,7 @@ def candidates_of(folder: Path, max_images):
 
 
 def pooled_f1(images, typical, texture) -> float:
-    _voting._AUTO_TYPICAL_FRACTION, _voting._AUTO_TEXTURE_FRACTION = typical, texture
+    _thresholds._AUTO_TYPICAL_FRACTION, _thresholds._AUTO_TEXTURE_FRACTION = typical, texture
     total = None
     for found, centers, tol, spacing in images:
         kept = found.with_threshold("auto", DEFAULT_MIN_CONTRAST)
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     if not folders:
         print(f"no datasets under {args.data}", file=sys.stderr)
         return 1
-    current = (_voting._AUTO_TYPICAL_FRACTION, _voting._AUTO_TEXTURE_FRACTION)
+    current = (_thresholds._AUTO_TYPICAL_FRACTION, _thresholds._AUTO_TEXTURE_FRACTION)
     data = {f.name: candidates_of(f, args.max_images) for f in folders}
     grid = list(itertools.product(TYPICAL, TEXTURE))
     scores = {name: {pair: pooled_f1(images, *pair) for pair in grid} for name, images in data.items()}
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     lines += ["", f"Chosen on all datasets: {best_all} (mean F1 {np.mean([scores[n][best_all] for n in data]):.4f}; "
               f"current {current}: {np.mean([scores[n][current] for n in data]):.4f})."]
     print("\n".join(lines))
-    _voting._AUTO_TYPICAL_FRACTION, _voting._AUTO_TEXTURE_FRACTION = current
+    _thresholds._AUTO_TYPICAL_FRACTION, _thresholds._AUTO_TEXTURE_FRACTION = current
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
     return 0

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from accuracy_detect import DEFAULT_DATA, oracle_match  # noqa: E402
 
 from ivote.detect import auto_threshold, otsu_threshold, reference_threshold  # noqa: E402
-from ivote.detect._voting import _separability, _threshold_otsu  # noqa: E402
+from ivote.detect._thresholds import _separability, _threshold_otsu  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 MIN_CONTRAST = 3.0

@@ -183,7 +183,7 @@ def pooled_rule(threshold) -> str | None:
 def pooled_threshold(threshold, frames) -> tuple[float, float | None]:
     """(score threshold, contrast floor or None: each frame's own) of the ``'otsu'`` or
     ``'auto'`` rule over every frame's candidates together (``Detections`` of each frame)."""
-    from .detect._voting import auto_threshold, otsu_threshold
+    from .detect._thresholds import auto_threshold, otsu_threshold
 
     scores = np.concatenate([np.asarray(f.candidate_scores, float) for f in frames])
     if pooled_rule(threshold) == "otsu":

@@ -290,7 +290,7 @@ def _greedy_scan(votes, plan):
 @pytest.mark.parametrize("seed", range(6))
 def test_candidates_equal_the_greedy_scan(seed):
     from ivote.detect._plan import make_plan
-    from ivote.detect._voting import _candidates
+    from ivote.detect._cells import _candidates
 
     rng = np.random.default_rng(seed)
     ndim = 2 + seed % 2
@@ -310,7 +310,7 @@ def test_otsu_threshold_equals_scikit_image():
     one ulp from a bin edge."""
     from skimage.filters import threshold_otsu
 
-    from ivote.detect._voting import otsu_threshold
+    from ivote.detect._thresholds import otsu_threshold
 
     rng = np.random.default_rng(12)
     cases = [rng.lognormal(0, s, n) for s, n in ((0.5, 2), (1.0, 3), (2.0, 1000), (3.0, 5000))]
@@ -330,7 +330,7 @@ def test_otsu_threshold_equals_scikit_image():
 
 
 def test_histogram_of_the_otsu_threshold_equals_numpy():
-    from ivote.detect._voting import _histogram_256
+    from ivote.detect._thresholds import _histogram_256
 
     rng = np.random.default_rng(13)
     for low, high in ((0.0, 1.0), (-3.7, 12.9), (1e-3, 1e-3 + 1e-9), (-1e6, 1e6)):

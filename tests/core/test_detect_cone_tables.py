@@ -8,7 +8,7 @@ from ivote.data import synthetic_nuclei
 from ivote.detect._cone_tables import cone_tables, direction_bins, pack_offsets, unpack_offsets
 from ivote.detect._plan import DIRECTION_SCALE, make_plan
 from ivote.detect._reference import _as_float32_axes, _in_cone, prepare_voters
-from ivote.detect._voting import _DEFAULT_BLUR_PIXELS
+from ivote.detect._settings import _DEFAULT_BLUR_PIXELS
 
 
 def random_directions(ndim, n, seed):

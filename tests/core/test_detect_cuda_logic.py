@@ -127,7 +127,7 @@ def test_dense_cone_test_matches_the_reference(ndim, spacing):
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_scan_over_few_pairs_equals_the_rounds(seed, monkeypatch):
     """_greedy_keep: the loop over few pairs and the vectorised rounds agree."""
-    from ivote.detect import _voting
+    from ivote.detect import _cells
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -135,9 +135,9 @@ def test_greedy_scan_over_few_pairs_equals_the_rounds(seed, monkeypatch):
     worse = better + rng.integers(1, 30, size=200)
     pairs = np.unique(np.stack([better, np.minimum(worse, n - 1)], axis=1), axis=0)
     pairs = pairs[pairs[:, 0] < pairs[:, 1]]
-    loop = _voting._greedy_keep(n, pairs)
-    monkeypatch.setattr(_voting, "_FEW_PAIRS", 0)
-    rounds = _voting._greedy_keep(n, pairs)
+    loop = _cells._greedy_keep(n, pairs)
+    monkeypatch.setattr(_cells, "_FEW_PAIRS", 0)
+    rounds = _cells._greedy_keep(n, pairs)
     assert np.array_equal(loop, rounds) and 0 < loop.sum() < n
 
 

@@ -63,7 +63,7 @@ def test_contrast_floor_stays_for_one_class_no_test_or_no_noise():
     assert auto_threshold(scores, np.full(200, np.inf))[1] == 3.0  # noiseless image
     # ten maxima (a small 3D volume): the split is clear (eta >= 0.75) but its lower class
     # holds 3 maxima, under the 5 the rule needs (with so few, a dim nucleus can make it up)
-    from ivote.detect._voting import _separability, _threshold_otsu
+    from ivote.detect._thresholds import _separability, _threshold_otsu
 
     few = np.array([120.0, 110, 100, 95, 90, 105, 98, 6, 5, 4])
     logs = np.log(few)

@@ -1,5 +1,5 @@
 """The chunked engine sizes its blocks by the memory of the backend that runs them: the NumPy
-path's per-voxel and fixed memory (``detect._voting.cpu_detection_memory``) are larger than
+path's per-voxel and fixed memory (``detect._settings.cpu_detection_memory``) are larger than
 Numba's, so ``backend='numpy'`` under a memory limit runs smaller blocks, each within the limit."""
 
 import math
@@ -10,8 +10,8 @@ import pytest
 from ivote import iterative_voting
 from ivote.data import synthetic_nuclei
 from ivote.detect._plan import make_plan
-from ivote.detect._voting import _DEFAULT_BLUR_PIXELS, cpu_detection_memory
-from ivote.distributed import _detect
+from ivote.detect._settings import _DEFAULT_BLUR_PIXELS, cpu_detection_memory
+from ivote.distributed import _detect_chunks
 from ivote.distributed import detect_chunked, detection_halo
 
 SPACING = (0.5, 0.5)
@@ -27,22 +27,23 @@ def _need(path, block_voxels, itemsize):
 def test_default_blocks_fit_the_limit_with_the_backends_own_memory(path):
     shape, halo, itemsize = (4000, 3000), (32, 32), np.dtype(np.float32).itemsize
     limit = 256 * 2**20
-    chunks = _detect._resolve_chunks(None, shape, halo, limit, _detect._block_cost(path, np.float32))
-    assert _need(path, _detect._block_voxels(chunks, shape, halo), itemsize) <= limit
+    chunks = _detect_chunks._resolve_chunks(None, shape, halo, limit, _detect_chunks._block_cost(path, np.float32))
+    assert _need(path, _detect_chunks._block_voxels(chunks, shape, halo), itemsize) <= limit
     # and not far below it: the next size up along either axis would not fit (or is the whole axis)
     for axis in range(2):
         k = math.ceil(shape[axis] / chunks[axis])
         if k > 1:
             bigger = list(chunks)
             bigger[axis] = math.ceil(shape[axis] / (k - 1))
-            assert _need(path, _detect._block_voxels(bigger, shape, halo), itemsize) > limit
+            assert _need(path, _detect_chunks._block_voxels(bigger, shape, halo), itemsize) > limit
 
 
 def test_numpy_blocks_are_smaller_than_numba_blocks_under_one_limit():
     shape, halo, limit = (4000, 3000), (32, 32), 512 * 2**20
-    voxels = {path: _detect._block_voxels(_detect._resolve_chunks(None, shape, halo, limit,
-                                                                  _detect._block_cost(path, np.float32)), shape, halo)
-              for path in ("numpy", "numba")}
+    costs = {path: _detect_chunks._block_cost(path, np.float32) for path in ("numpy", "numba")}
+    voxels = {path: _detect_chunks._block_voxels(_detect_chunks._resolve_chunks(None, shape, halo, limit, cost),
+                                                 shape, halo)
+              for path, cost in costs.items()}
     assert voxels["numpy"] < voxels["numba"] / 2
 
 
@@ -61,9 +62,10 @@ def test_a_numpy_run_under_a_limit_runs_blocks_within_it_and_finds_the_same_cell
                            progress=lambda done, total: totals.append(total))
     n_blocks = totals[-1] // 2  # two passes over the blocks
     assert n_blocks > 1, totals  # not the whole image in one task
-    chunks = _detect._resolve_chunks(None, image.shape, halo, limit, _detect._block_cost("numpy", image.dtype))
-    assert len(_detect._blocks(image.shape, chunks)) == n_blocks
-    assert _need("numpy", _detect._block_voxels(chunks, image.shape, halo), image.itemsize) <= limit
+    chunks = _detect_chunks._resolve_chunks(None, image.shape, halo, limit,
+                                            _detect_chunks._block_cost("numpy", image.dtype))
+    assert len(_detect_chunks._blocks(image.shape, chunks)) == n_blocks
+    assert _need("numpy", _detect_chunks._block_voxels(chunks, image.shape, halo), image.itemsize) <= limit
     whole = iterative_voting(image, radius=RADIUS, spacing=SPACING, backend="numpy")
     np.testing.assert_array_equal(found.points, whole.points)
 

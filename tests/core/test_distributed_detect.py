@@ -8,7 +8,8 @@ pytest.importorskip("dask")
 from ivote import iterative_voting  # noqa: E402
 from ivote.data import synthetic_nuclei  # noqa: E402
 from ivote.detect._plan import make_plan  # noqa: E402
-from ivote.distributed import _detect, detect_chunked, detection_halo  # noqa: E402
+from ivote.distributed import _detect, _detect_chunks, _detect_statistics, _tasks  # noqa: E402
+from ivote.distributed import detect_chunked, detection_halo  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
 RADIUS = 4
@@ -87,11 +88,11 @@ def test_per_block_statistics_would_differ(image_2d, whole_2d, monkeypatch):
         from ivote.detect._contrast import grey_step, noise_positions, noise_residuals, noise_sigma
         from ivote.detect._result import GlobalStatistics
 
-        block = _detect._read(source)
+        block = _tasks._read(source)
         low, high = float(block.min()), float(block.max())
         whole = tuple(slice(0, n) for n in block.shape)
         sigma = tuple(blur / s for s in spacing)
-        largest = _detect._gradient_task(block, whole, whole, low, high, sigma, spacing, backend, limit)
+        largest = _detect_statistics._gradient_task(block, whole, whole, low, high, sigma, spacing, backend, limit)
         normalised = (block - low) / (high - low)
         noise = noise_sigma(noise_residuals(normalised, noise_positions(block.shape)), block.ndim,
                             grey_step(block.dtype, low, high))
@@ -239,24 +240,26 @@ def test_bad_input_is_refused(image_2d, call, error, match):
 
 def test_default_chunks_fit_the_memory_limit():
     halo = (32, 32)
-    numba = _detect._block_cost("numba", np.float32)
+    numba = _detect_chunks._block_cost("numba", np.float32)
     # the whole image fits: one block
-    assert _detect._resolve_chunks(None, (150, 150), halo, 10**9, numba) == (150, 150)
+    assert _detect_chunks._resolve_chunks(None, (150, 150), halo, 10**9, numba) == (150, 150)
     limit = 64 * 2**20
-    chunks = _detect._resolve_chunks(None, (4000, 3000), halo, limit, numba)
-    assert _detect._block_voxels(chunks, (4000, 3000), halo) * numba.per_voxel + numba.fixed <= limit
-    blocks = _detect._blocks((4000, 3000), chunks)
+    chunks = _detect_chunks._resolve_chunks(None, (4000, 3000), halo, limit, numba)
+    assert _detect_chunks._block_voxels(chunks, (4000, 3000), halo) * numba.per_voxel + numba.fixed <= limit
+    blocks = _detect_chunks._blocks((4000, 3000), chunks)
     read = sum(np.prod([min(n, s.stop + h) - max(0, s.start - h) for s, h, n in zip(b, halo, (4000, 3000))])
                for b in blocks)
     assert read < 1.2 * 4000 * 3000  # halos add less than a fifth
     # one block per worker at least
-    assert len(_detect._blocks((150, 150), _detect._resolve_chunks(None, (150, 150), halo, 10**9, numba, 4))) >= 4
+    four = _detect_chunks._resolve_chunks(None, (150, 150), halo, 10**9, numba, 4)
+    assert len(_detect_chunks._blocks((150, 150), four)) >= 4
     with pytest.raises(ValueError, match="memory_limit"):
-        _detect._resolve_chunks(None, (150, 150), halo, 1000, numba)
+        _detect_chunks._resolve_chunks(None, (150, 150), halo, 1000, numba)
     # a GPU block is one pass: fewer than 2**31 voxels even when the memory would hold more
     big = (2000, 2048, 2048)
-    chunks = _detect._resolve_chunks(None, big, (76,) * 3, 10**12, _detect._block_cost("cupy", np.float32))
-    assert _detect._block_voxels(chunks, big, (76,) * 3) < 2**31
+    chunks = _detect_chunks._resolve_chunks(None, big, (76,) * 3, 10**12,
+                                            _detect_chunks._block_cost("cupy", np.float32))
+    assert _detect_chunks._block_voxels(chunks, big, (76,) * 3) < 2**31
 
 
 @pytest.mark.parametrize("shape", [(5, 7), (2, 9), (4, 5, 6), (1, 6, 3)])
@@ -265,7 +268,7 @@ def test_gradient_pass_differences_equal_numpy_gradient(shape):
     f = np.random.default_rng(0).random(shape)
     for axis in range(f.ndim):
         expected = np.gradient(f, 0.7, axis=axis) if shape[axis] > 1 else np.zeros_like(f)
-        np.testing.assert_array_equal(_detect._difference(f, axis, 0.7, np), expected)
+        np.testing.assert_array_equal(_detect_statistics._difference(f, axis, 0.7, np), expected)
 
 
 def test_gpu_workers_without_dask_cuda_see_one_gpu_each():
@@ -315,7 +318,7 @@ def test_gpu_limit_caps_what_a_block_adds_not_what_the_pool_holds(monkeypatch):
     fake = SimpleNamespace(get_default_memory_pool=lambda: pool, get_default_pinned_memory_pool=lambda: pinned)
     monkeypatch.setattr(_backend, "_cupy", lambda: fake)
     pool.limit = 7
-    with _detect.gpu_limit(28 * 2**20):
+    with _tasks.gpu_limit(28 * 2**20):
         assert pool.limit == 100 * 10**6 + 28 * 2**20
     assert pool.limit == 7
 
@@ -324,7 +327,7 @@ def test_gpu_limit_caps_what_a_block_adds_not_what_the_pool_holds(monkeypatch):
                                  dict(blur=-1.0), dict(blur=1e6), dict(min_contrast=-0.5), dict(threshold="mean"),
                                  dict(threshold=float("nan"))])
 def test_settings_are_refused_as_iterative_voting_refuses_them(image_2d, bad):
-    """detect_chunked checks its settings with iterative_voting's own check (detect._voting.check_settings):
+    """detect_chunked checks its settings with iterative_voting's own check (detect._settings.check_settings):
     the same error, word for word, before any block is read."""
     with pytest.raises(Exception) as whole:
         iterative_voting(image_2d, radius=RADIUS, backend="numpy", **bad)

@@ -81,7 +81,7 @@ def test_one_reach_less_per_pass_changes_cells(image_2d, backend, monkeypatch):
 
 def _largest_by_blocks(image, chunks, backend):
     """The largest normalised gradient as the block-by-block gradient pass computes it: every block whole."""
-    from ivote.distributed import _detect
+    from ivote.distributed import _detect_chunks, _detect_statistics
 
     shape = image.shape
     low, high = float(image.min()), float(image.max())
@@ -89,9 +89,10 @@ def _largest_by_blocks(image, chunks, backend):
     reach = tuple(int(4 * s + 0.5) + 1 for s in sigma)
     spacing = (1.0,) * image.ndim
     values = []
-    for owned in _detect._blocks(shape, chunks):
-        region = _detect._grow(owned, reach, shape)
-        values.append(_detect._gradient_task(image[region], owned, region, low, high, sigma, spacing, backend, 0))
+    for owned in _detect_chunks._blocks(shape, chunks):
+        region = _detect_chunks._grow(owned, reach, shape)
+        values.append(_detect_statistics._gradient_task(image[region], owned, region, low, high, sigma, spacing,
+                                                        backend, 0))
     return max(values), (low, high, reach, sigma, spacing)
 
 
@@ -102,27 +103,28 @@ def test_one_read_statistics_give_the_largest_gradient_exactly(image_2d, offset,
     """The first pass's raw candidates give the normalised image's largest gradient bit for bit,
     also far from zero (values 1e5 + the image) and when a block's band holds more voxels than it
     reports (then it is evaluated whole)."""
-    from ivote.distributed import _detect
+    from ivote.distributed import _detect_chunks, _detect_statistics
 
     image = image_2d + offset
     chunks = (50, 75)
     expected, (low, high, reach, sigma, spacing) = _largest_by_blocks(image, chunks, "numpy")
-    monkeypatch.setattr(_detect, "_GRADIENT_CANDIDATES", candidates)
-    monkeypatch.setattr(_detect, "_GRADIENT_TOLERANCE", tolerance)
+    monkeypatch.setattr(_detect_statistics, "_GRADIENT_CANDIDATES", candidates)
+    monkeypatch.setattr(_detect_statistics, "_GRADIENT_TOLERANCE", tolerance)
     whole_blocks = []
-    original = _detect._gradient_task
+    original = _detect_statistics._gradient_task
 
     def counting(source, owned, region, *args):
         whole_blocks.append(all(o.stop - o.start > 1 for o in owned))
         return original(source, owned, region, *args)
 
-    monkeypatch.setattr(_detect, "_gradient_task", counting)
-    blocks = _detect._blocks(image.shape, chunks)
-    found = [_detect._statistics_task(image[_detect._grow(o, reach, image.shape)], o,
-                                      _detect._grow(o, reach, image.shape), np.zeros((0, 2), np.int64), reach,
-                                      sigma, spacing, "numpy", 0, False) for o in blocks]
-    got = _detect._largest_gradient(found, blocks, image, image.shape, low, high, reach, sigma, spacing, "numpy",
-                                    0, "sync")
+    monkeypatch.setattr(_detect_statistics, "_gradient_task", counting)
+    blocks = _detect_chunks._blocks(image.shape, chunks)
+    regions = [_detect_chunks._grow(o, reach, image.shape) for o in blocks]
+    found = [_detect_statistics._statistics_task(image[region], o, region, np.zeros((0, 2), np.int64), reach,
+                                                 sigma, spacing, "numpy", 0, False)
+             for o, region in zip(blocks, regions)]
+    got = _detect_statistics._largest_gradient(found, blocks, image, image.shape, low, high, reach, sigma, spacing,
+                                               "numpy", 0, "sync")
     assert got == expected
     assert any(whole_blocks) == (candidates == 1)  # a band wider than what a block reports: the block whole
     whole = iterative_voting(image, radius=RADIUS, backend="numpy")
@@ -132,19 +134,19 @@ def test_one_read_statistics_give_the_largest_gradient_exactly(image_2d, offset,
 @pytest.mark.parametrize("cache_bytes", [None, 0])
 def test_zarr_blocks_are_read_once_when_they_fit(image_2d, tmp_path, cache_bytes, monkeypatch):
     zarr = pytest.importorskip("zarr")
-    from ivote.distributed import _detect
+    from ivote.distributed import _tasks
 
     stored = zarr.open_array(str(tmp_path / "image.zarr"), mode="w", shape=image_2d.shape, chunks=(64, 64),
                              dtype=image_2d.dtype)
     stored[:] = image_2d
     reads = []
-    original = _detect._Lazy.read
+    original = _tasks._Lazy.read
 
     def counting(self):
         reads.append(self.region)
         return original(self)
 
-    monkeypatch.setattr(_detect._Lazy, "read", counting)
+    monkeypatch.setattr(_tasks._Lazy, "read", counting)
     chunked = detect_chunked(stored, RADIUS, chunks=(75, 75), scheduler="sync", backend="numpy",
                              cache_bytes=cache_bytes)
     assert _same(chunked, iterative_voting(image_2d, radius=RADIUS, backend="numpy"))

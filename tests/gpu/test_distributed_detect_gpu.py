@@ -7,7 +7,7 @@ from ivote import _backend
 from ivote.data import synthetic_nuclei
 from ivote.detect import iterative_voting
 from ivote.detect._plan import make_plan
-from ivote.detect._voting import _DEFAULT_BLUR_PIXELS
+from ivote.detect._settings import _DEFAULT_BLUR_PIXELS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -16,7 +16,7 @@ pytestmark = [
 
 pytest.importorskip("dask")
 
-from ivote.distributed import _detect, detect_chunked, detection_halo  # noqa: E402
+from ivote.distributed import _detect_chunks, _tasks, detect_chunked, detection_halo  # noqa: E402
 
 
 def _assert_same(chunked, whole):
@@ -60,13 +60,14 @@ def test_gpu_memory_limit_well_below_the_volume(gpu_pool):
     need = gpu_pool.pool.total_bytes() - before  # about 26 B x 7.1 M voxels = 184 MB (docs/benchmarks.md)
     assert need > 16 * 2**20, need
     limit = need // 6
-    with gpu_pool.blocks_grown(_detect) as grown:
+    with gpu_pool.blocks_grown(_tasks) as grown:
         chunked = detect_chunked(image, 4.0, spacing=spacing, memory_limit=limit, scheduler="threads",
                                  backend="cupy")
     _assert_same(chunked, whole)
     blur = _DEFAULT_BLUR_PIXELS * min(spacing)
     halo = detection_halo(make_plan(4.0, spacing, 3), tuple(blur / s for s in spacing))
-    blocks = _detect._resolve_chunks(None, image.shape, halo, limit, _detect._block_cost("cupy", image.dtype))
+    blocks = _detect_chunks._resolve_chunks(None, image.shape, halo, limit,
+                                            _detect_chunks._block_cost("cupy", image.dtype))
     assert np.prod(blocks) < image.size / 4  # it did run in small blocks
     assert len(grown) >= 8 and 0 < max(grown) <= limit, (grown, limit)  # two GPU passes per block
     assert gpu_pool.pool.get_limit() == gpu_pool.previous  # every block's cap was lifted

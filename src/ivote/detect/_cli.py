@@ -232,8 +232,8 @@ def _cmd_batch(args, files=None) -> int:
 
     from .._atomic import write_atomic
     from .._progress import cli_progress
-    from ..distributed._detect import _Runner
     from ..distributed._options import engine
+    from ..distributed._tasks import _Runner
 
     if args.out_dir is None:
         if files:

@@ -153,7 +153,7 @@ def detect(signal, plan: VotingPlan, sign: float, sigma=None, iter_callback=None
         votes = None if reuse else np.zeros(signal.shape, dtype=np.uint32)
         return RawDetection(votes, empty, empty, np.zeros((0, 2), np.int64), (low, high), np.zeros(0), np.zeros(0))
     _compile_first(plan, sign, sigma)
-    smoothed = np.empty(signal.shape)  # as _voting._detect_on_cpu: the same roundings
+    smoothed = np.empty(signal.shape)  # as _backends._detect_on_cpu: the same roundings
     for_ranges(_normalise_part, len(signal), signal, smoothed, low, high - low, grain=64)
     residuals = noise_residuals(smoothed, noise_positions(tuple(signal.shape)))
     with _LOCK:

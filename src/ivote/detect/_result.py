@@ -1,4 +1,4 @@
-"""The arrays a compiled detection backend (CUDA or Numba) hands back to ``_voting``."""
+"""The arrays a compiled detection backend (CUDA or Numba) hands back to ``_backends``."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ._detect import _is_dask, gpu_limit, parse_bytes
+from ._tasks import _is_dask, gpu_limit, parse_bytes
 from ._label import _block_slices, _resolve_chunks
 
 __all__ = ["ChunkedSegmentation", "segment_chunked"]
@@ -515,7 +515,7 @@ def segment_chunked(image, points, radius: float, *, spacing=None, chunks=None, 
     chunks = _resolve_chunks(image, chunks if user_chunks else _default_chunks(image, ndim), shape)
     if not user_chunks and chunks != shape:
         # the image fits: one block, the in-memory call itself (as detect_chunked does)
-        from ._detect import _memory_limit
+        from ._tasks import _memory_limit
 
         budget = memory_limit or _memory_limit(None, _runs_on_gpu(options["backend"]))
         if layout.largest_need(layout.plans(shape)) <= budget:

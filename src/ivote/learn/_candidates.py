@@ -36,7 +36,7 @@ SEARCH_HALF_WIDTH = 1
 def default_score(detections) -> float:
     """The default rule's score threshold (``auto_threshold``) of the detector's own candidates,
     or their lowest score where the rule finds none: the scale the search floor is relative to."""
-    from ..detect._voting import _DEFAULT_MIN_CONTRAST, auto_threshold
+    from ..detect._thresholds import _DEFAULT_MIN_CONTRAST, auto_threshold
 
     scores = np.maximum(np.asarray(detections.candidate_scores, dtype=np.float64), 1e-12)
     contrasts = np.asarray(detections.candidate_contrasts, dtype=np.float64)
@@ -112,7 +112,7 @@ def _thinned_maxima(votes, half, reach, spacing, xp, lowest: float = 0.0):
     first, each at least ``reach`` from a better one: (coordinates (K, ndim), votes (K,))."""
     from scipy.spatial import cKDTree
 
-    from ..detect._voting import _greedy_keep
+    from ..detect._cells import _greedy_keep
 
     flat = to_host(_local_maxima(votes, half, xp))
     values = to_host(votes.ravel()[flat if xp is np else xp.asarray(flat)]).astype(np.float64)
@@ -172,7 +172,7 @@ def suppress(points, probability, spacing, distance: float) -> np.ndarray:
     kept one lies closer than ``distance`` (units of ``spacing``). Returns (M,) bool."""
     from scipy.spatial import cKDTree
 
-    from ..detect._voting import _greedy_keep
+    from ..detect._cells import _greedy_keep
 
     m = len(points)
     if m < 2 or distance <= 0:

@@ -238,7 +238,7 @@ def passes_noise_test(features, names) -> np.ndarray:
     ``min_contrast`` (3). A rule, not learned: corrected images hold nuclei, so no training image
     shows what an image of noise alone looks like, where every feature but the contrast is
     relative to the image."""
-    from ..detect._voting import _DEFAULT_MIN_CONTRAST
+    from ..detect._thresholds import _DEFAULT_MIN_CONTRAST
 
     column = list(names).index("log_contrast")
     return np.asarray(features)[:, column] >= np.float32(np.log1p(_DEFAULT_MIN_CONTRAST))

@@ -337,7 +337,7 @@ def _default_rule_columns(detections, own) -> dict:
     """Score and contrast against the default rule's threshold and floor on this image
     (``auto_threshold`` of the detector's own candidates): the rule adapts to each image, so
     these carry from image to image where the raw values shift."""
-    from ..detect._voting import _DEFAULT_MIN_CONTRAST, auto_threshold
+    from ..detect._thresholds import _DEFAULT_MIN_CONTRAST, auto_threshold
 
     scores = np.maximum(np.asarray(detections.candidate_scores, dtype=np.float64), 1e-12)
     contrasts = np.asarray(detections.candidate_contrasts, dtype=np.float64)

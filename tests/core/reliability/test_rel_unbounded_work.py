@@ -283,7 +283,7 @@ def test_the_memory_estimate_covers_what_a_cpu_detection_allocates(backend, shap
     import tracemalloc
 
     from ivote.data import synthetic_nuclei
-    from ivote.detect._voting import cpu_detection_memory
+    from ivote.detect._settings import cpu_detection_memory
 
     image = synthetic_nuclei(shape, radius=radius / 1.5, seed=3).image
     iterative_voting(image, radius=radius, backend=backend)  # compiled, tables built
