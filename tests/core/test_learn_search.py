@@ -49,17 +49,22 @@ def test_missed_points_widen_the_candidates(dense):
     # the search finds candidates for some of them: they are positives now, not misses
     assert len(searched.unmatched_points) < len(missed)
     assert searched.labels.sum() == plain.labels.sum() + len(missed) - len(searched.unmatched_points)
+    # ... and never displace a candidate's match: every nucleus of the plain samples is one of the searched samples
+    plain_nuclei = {tuple(p) for p in plain.positions[plain.labels]}
+    assert plain_nuclei <= {tuple(p) for p in searched.positions[searched.labels]}
     # the floor is the weakest of the maxima it found near the missed points: every one of them
     # (their best 3x3 maximum within the tolerance) scores at least that
     assert search_floor(found, missed, tolerance) == pytest.approx(searched.search_floor)
     deeper, original, added = widen(found, searched.search_floor, return_searched=True)
     assert added.sum() > 0 and not (added & original).any()
     assert len(deeper.candidates) == len(widen(found)[0].candidates) + added.sum()
-    # the added maxima lie a typical radius (twice the tolerance) from every other candidate
+    # the added maxima lie as far from every other candidate as the closer maxima from each other
     from scipy.spatial import cKDTree
 
+    from ivote.learn._candidates import DENSE_FRACTION
+
     others = cKDTree(deeper.candidates[~added])
-    assert others.query(deeper.candidates[added])[0].min() > 2 * tolerance
+    assert others.query(deeper.candidates[added])[0].min() > DENSE_FRACTION * RADIUS
 
 
 def test_no_missed_points_no_search(dense):

@@ -50,8 +50,8 @@ def widen(detections, floor: float | None = None, *, return_searched: bool = Fal
     """``detections`` with the closer maxima of their vote field added after the detector's own
     candidates (score: their vote; contrast: the nearest detector candidate's); with ``floor``
     (a log score relative to :func:`default_score`, see :func:`search_floor`), also the vote
-    field's maxima of their 3x3 box scoring at least that, at least a typical nucleus radius
-    from any other candidate (the best first).
+    field's maxima of their 3x3 box scoring at least that, as far from any other candidate (the
+    best first) as the closer maxima are from each other.
 
     Returns ``(detections, original)``, ``original`` (M,) True for the detector's own candidates;
     with ``return_searched``, also (M,) True for the candidates the search below the floor added.
@@ -74,11 +74,10 @@ def widen(detections, floor: float | None = None, *, return_searched: bool = Fal
     added, scores = [added_closer], [values[new]]
     if floor is not None and np.isfinite(floor):
         lowest = math.exp(float(floor)) * default_score(detections)
-        apart = _typical_radius(detections)
-        low, low_values = _thinned_maxima(votes, np.full(len(spacing), SEARCH_HALF_WIDTH), apart, spacing, xp, lowest)
+        low, low_values = _thinned_maxima(votes, np.full(len(spacing), SEARCH_HALF_WIDTH), reach, spacing, xp, lowest)
         if len(low):
             taken = np.concatenate([own, added[0]])
-            far = cKDTree(taken * spacing).query(low * spacing, k=1)[0] > apart
+            far = cKDTree(taken * spacing).query(low * spacing, k=1)[0] > reach
             added.append(low[far])
             scores.append(low_values[far])
     added, scores = np.concatenate(added), np.concatenate(scores)
@@ -96,15 +95,6 @@ def widen(detections, floor: float | None = None, *, return_searched: bool = Fal
     searched = np.zeros(len(original), dtype=bool)
     searched[len(own) + len(added_closer):] = True
     return widened, original, searched
-
-
-def _typical_radius(detections) -> float:
-    """The typical nucleus radius the voting radius implies (``detect._radius``'s rule): the search
-    below the floor keeps maxima at least this far from every other candidate, so that it adds
-    nuclei without a candidate, not the shoulders of the vote peaks of found ones."""
-    from ..detect._radius import LARGEST_OVER_TYPICAL
-
-    return float(detections.radius) / LARGEST_OVER_TYPICAL[len(detections.spacing)]
 
 
 def _thinned_maxima(votes, half, reach, spacing, xp, lowest: float = 0.0):

@@ -120,13 +120,17 @@ def _samples(image, detections, points, floor, polarity, annotated, tolerance, c
     inside = _region_mask(annotated, candidates, shape, spacing, tolerance)
     labels = np.zeros(len(candidates), dtype=bool)
     matched_points = np.zeros(len(points), dtype=bool)
-    used = np.flatnonzero(inside)
-    if len(points) and len(used):
-        match = match_points(candidates[used], points, tolerance=tolerance, spacing=spacing)
-        labels[used[match.pairs[:, 0]]] = True
-        matched_points[match.pairs[:, 1]] = True
+    for used in (np.flatnonzero(inside & ~searched), np.flatnonzero(inside & searched)):
+        # the search's candidates take only the points the others left: they never displace a candidate's match
+        rest = np.flatnonzero(~matched_points)
+        if len(rest) and len(used):
+            match = match_points(candidates[used], points[rest], tolerance=tolerance, spacing=spacing)
+            labels[used[match.pairs[:, 0]]] = True
+            matched_points[rest[match.pairs[:, 1]]] = True
+    if len(points):
         # a candidate beside a nucleus, off its centre, is neither clearly one nor clearly not: left out;
-        # the search's are a typical radius from any other candidate: a second point on a nucleus if unmatched
+        # the search's are scored wherever the detector is applied: trained on as they come, a second point
+        # on a nucleus when unmatched
         near = cKDTree(points * np.asarray(spacing)).query(candidates * np.asarray(spacing), k=1)[0]
         inside &= labels | searched | (near > AMBIGUOUS * tolerance)
     return (features.values[inside], labels[inside], features.names, candidates[inside] * np.asarray(spacing),
