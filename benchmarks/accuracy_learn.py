@@ -43,7 +43,7 @@ from accuracy_detect import (DEFAULT_DATA, DEFAULT_MIN_CONTRAST, RADIUS_FACTOR, 
 from ivote.detect import iterative_voting  # noqa: E402
 from ivote.learn import candidate_features, corrections_of, fit_detector  # noqa: E402
 from ivote.learn._candidates import widen  # noqa: E402
-from ivote.learn._learn import default_tolerance  # noqa: E402
+from ivote.learn._learn import default_tolerance, one_floor  # noqa: E402
 from ivote.detect._colour import reads_as_rgb  # noqa: E402
 from ivote.metrics import match_points  # noqa: E402
 
@@ -70,12 +70,21 @@ class Image:
         self.features = candidate_features(image, self.wide, polarity=self.polarity, original=original,
                                            backend=backend)
         self.feature_seconds = time.perf_counter() - start
+        self._widened = {None: (self.wide, self.features)}
         self.region = None  # training mask (one-image datasets: the left half)
         self.test_keep = None  # x from which points and centres are tested
 
-    def corrections(self, points, backend):
+    def corrections(self, points, backend, search=True, floor=None):
         return corrections_of(self.image, self.found, points, polarity=self.polarity, annotated=self.region,
-                              tolerance=self.tol, backend=backend)
+                              tolerance=self.tol, search=search, floor=floor, backend=backend)
+
+    def candidates(self, floor, backend):
+        """The widened candidates and their features down to a detector's search floor (cached)."""
+        if floor not in self._widened:
+            wide, original = widen(self.found, floor)
+            self._widened[floor] = wide, candidate_features(self.image, wide, polarity=self.polarity,
+                                                            original=original, backend=backend)
+        return self._widened[floor]
 
     def tested(self, points):
         if self.test_keep is None:
@@ -104,11 +113,12 @@ class Image:
         return np.concatenate([points[keep & region], add])
 
 
-def learned_points(detector, img):
+def learned_points(detector, img, backend):
     if detector is None:
         return img.default.points
-    p = detector.probability(img.features)
-    return img.wide.candidates[detector.select(img.wide.candidates, p, img.wide.spacing, features=img.features)]
+    wide, features = img.candidates(detector.search_floor, backend)
+    p = detector.probability(features)
+    return wide.candidates[detector.select(wide.candidates, p, wide.spacing, features=features)]
 
 
 def train(images, points_of, backend):
@@ -118,6 +128,8 @@ def train(images, points_of, backend):
 
     first = images[0]
     corrections = [img.corrections(points_of(img), backend) for img in images]
+    corrections = one_floor(corrections, lambda k, floor: images[k].corrections(points_of(images[k]), backend,
+                                                                                search=False, floor=floor))
     try:
         return _fit(corrections, first)
     except IvoteError as exc:
@@ -165,9 +177,9 @@ def evaluate(folder: Path, args):
     clicks = train(train_one, lambda i: i.twenty_clicks(), args.backend)
     rows = {
         "default": _sum(i.match(i.default.points) for i in test),
-        "learned 1": _sum(i.match(learned_points(one, i)) for i in test),
-        "learned 3": _sum(i.match(learned_points(three, i)) for i in test),
-        "twenty clicks": _sum(i.match(learned_points(clicks, i)) for i in test),
+        "learned 1": _sum(i.match(learned_points(one, i, args.backend)) for i in test),
+        "learned 3": _sum(i.match(learned_points(three, i, args.backend)) for i in test),
+        "twenty clicks": _sum(i.match(learned_points(clicks, i, args.backend)) for i in test),
     }
     oracle = []
     for i in test:

@@ -109,7 +109,9 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
     threshold : 'auto', 'otsu', 'none', None or float
         A number or none applies as given to every frame; ``'auto'`` (default,
         :func:`ivote.detect.auto_threshold`) and ``'otsu'`` are computed from
-        every frame's candidates together, then applied to every frame.
+        every frame's candidates together, then applied to every frame. With a
+        learned ``detector`` (in ``options``), ``'auto'`` is its decision, a
+        probability threshold that is already the same in every frame.
     workers : int, optional
         Frames detected at once (threads). Default: the CPU count on the
         NumPy backend, 1 with Numba or a GPU (they use the whole device for one
@@ -119,7 +121,8 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
     backend : {'auto', 'numpy', 'cupy'}
     **options
         The other keywords of :func:`ivote.iterative_voting` (``spacing``,
-        ``polarity``, ``blur``, ``min_contrast``, ``channel``, ``features``).
+        ``polarity``, ``blur``, ``min_contrast``, ``channel``, ``features``,
+        ``detector``).
 
     Returns
     -------
@@ -142,7 +145,11 @@ def detect_frames(frames: ArrayLike | Array, *, radius: float, threshold: str | 
         raise ValueError("frames is empty: a time-lapse needs at least one frame")
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable; got {progress!r}")
-    pooled = pooled_rule(threshold) is not None
+    if options.get("detector") is not None:  # read once; its decision is one probability threshold for every frame
+        from .learn._hook import as_detector
+
+        options["detector"] = as_detector(options["detector"])
+    pooled = pooled_rule(threshold) is not None and options.get("detector") is None
     per_frame_threshold = "none" if pooled else threshold
     workers = _workers(workers, n_frames, backend)
 

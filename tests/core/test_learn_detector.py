@@ -87,17 +87,81 @@ def test_features_describe_the_candidates(pair):
         candidate_features(first.image, iterative_voting(first.image, radius=9, backend="numpy"))
 
 
-def test_forest_equals_scikit_learn():
-    from ivote.learn._forest import fit_forest
+@pytest.mark.parametrize("n_trees", [1, 15])
+def test_forest_equals_scikit_learn(n_trees):
+    """The trees grown one by one are RandomForestClassifier's, node for node, with its out-of-bag
+    probabilities and predict_proba (NumPy and Numba walks)."""
+    import warnings
+
+    from sklearn.ensemble import RandomForestClassifier
+
+    from ivote.learn._forest import MIN_SAMPLES_LEAF, fit_forest
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, 6)).astype(np.float32)
     y = x[:, 0] + 0.5 * x[:, 1] ** 2 + 0.3 * rng.normal(size=300) > 0.4
-    forest, oob, classifier = fit_forest(x, y, n_trees=15, seed=1)
+    forest, oob = fit_forest(x, y, n_trees=n_trees, seed=1)
+    classifier = RandomForestClassifier(n_estimators=n_trees, min_samples_leaf=MIN_SAMPLES_LEAF, max_features="sqrt",
+                                        class_weight="balanced_subsample", bootstrap=True, oob_score=n_trees > 1,
+                                        random_state=1, n_jobs=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        classifier.fit(x, y)
+    assert len(forest.roots) == n_trees
+    for k, estimator in enumerate(classifier.estimators_):
+        tree = estimator.tree_
+        start = forest.roots[k]
+        nodes = slice(start, start + tree.node_count)
+        np.testing.assert_array_equal(forest.threshold[nodes][tree.children_left >= 0],
+                                      tree.threshold[tree.children_left >= 0])
+        np.testing.assert_array_equal(forest.feature[nodes] >= 0, tree.children_left >= 0)
     test = rng.normal(size=(200, 6)).astype(np.float32)
     expected = classifier.predict_proba(test)[:, list(classifier.classes_).index(True)]
-    np.testing.assert_allclose(forest.probability(test), expected, atol=1e-12)
-    assert oob.shape == (300,)
+    for backend in ("numpy", "auto"):
+        np.testing.assert_allclose(forest.probability(test, backend=backend), expected, atol=1e-12)
+    if n_trees > 1:
+        seen = np.isfinite(oob)
+        assert seen.mean() > 0.9
+        np.testing.assert_allclose(oob[seen], classifier.oob_decision_function_[seen, 1], atol=1e-12)
+
+
+def test_forest_numba_walk_equals_numpy():
+    """The compiled walk gives the NumPy walk's probabilities bit for bit (the trees summed in one order)."""
+    pytest.importorskip("numba")
+    from ivote.learn._forest import fit_forest
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(400, 9)).astype(np.float32)
+    y = np.sin(3 * x[:, 0]) + x[:, 2] > 0
+    forest, _ = fit_forest(x, y, n_trees=12, seed=3)
+    test = rng.normal(size=(500, 9)).astype(np.float32)
+    np.testing.assert_array_equal(forest.probability(test, backend="numpy"), forest.probability(test, backend="numba"))
+    unseen = rng.random((12, 500)) < 0.4
+    a, b = forest.out_of_bag(test, unseen, backend="numpy"), forest.out_of_bag(test, unseen, backend="numba")
+    np.testing.assert_array_equal(np.isnan(a), ~unseen.any(axis=0))
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(90, 70), (12, 40, 36)])
+def test_widened_maxima_equal_scipy_filter(shape, monkeypatch):
+    """The vote field's closer maxima through the detection's separable maxima equal SciPy's maximum_filter."""
+    pytest.importorskip("numba")
+    from scipy import ndimage as ndi
+
+    from ivote.learn import _candidates
+
+    rng = np.random.default_rng(2)
+    votes = ndi.gaussian_filter(rng.random(shape), 1.5).astype(np.float32)
+    votes[votes < np.median(votes)] = 0  # zeros and plateaus, as a vote field has
+    votes[(0,) * len(shape)] = votes.max() + 1  # a maximum on the border
+    half = np.array([3] + [4] * (len(shape) - 1))
+    compiled = _candidates._local_maxima(votes, half, np)
+    monkeypatch.setenv("IVOTE_BACKEND", "numpy")
+    reference = _candidates._local_maxima(votes, half, np)
+    largest = ndi.maximum_filter(votes, size=tuple(2 * half + 1), mode="constant", cval=0)
+    np.testing.assert_array_equal(reference, np.flatnonzero((votes == largest) & (votes > 0)))
+    np.testing.assert_array_equal(compiled, reference)
+    assert len(reference) > 3
 
 
 def test_choose_threshold_and_suppress():
@@ -230,6 +294,7 @@ def test_missing_scikit_learn_is_a_clear_error(monkeypatch, pair):
     first, _ = pair
     monkeypatch.setitem(sys.modules, "sklearn", None)
     monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
+    monkeypatch.setitem(sys.modules, "sklearn.tree", None)
     with pytest.raises(IvoteError, match="needs scikit-learn"):
         learn_detector(first.image, first.centers, radius=9, backend="numpy")
 

@@ -56,3 +56,27 @@ def test_learned_detector_on_cupy_input_gives_the_cpu_points():
     on_cpu = iterative_voting(second.image, radius=9, detector=detector, backend="numpy")
     on_gpu = iterative_voting(cupy.asarray(second.image), radius=9, detector=detector)
     np.testing.assert_array_equal(on_gpu.points, on_cpu.points)
+
+
+def test_widened_search_cupy_equal_numpy():
+    """The widened candidates and the search below the floor read a CuPy vote field as they read NumPy's."""
+    from dataclasses import replace
+
+    import cupy
+
+    from ivote.data import synthetic_nuclei
+    from ivote.detect._voting import iterative_voting
+    from ivote.learn._candidates import search_floor, widen
+
+    sample = synthetic_nuclei((192, 192), radius=8, seed=4)
+    found = iterative_voting(sample.image, radius=12, threshold=None, return_votes=True, backend="numpy")
+    on_gpu = replace(found, vote_field=cupy.asarray(found.vote_field))
+    floor = search_floor(found, sample.centers, 4.0)
+    assert floor is not None
+    assert search_floor(on_gpu, sample.centers, 4.0) == floor
+    for given in (None, floor):
+        host, host_original = widen(found, given)
+        device, device_original = widen(on_gpu, given)
+        np.testing.assert_array_equal(host.candidates, device.candidates)
+        np.testing.assert_array_equal(host.candidate_scores, device.candidate_scores)
+        np.testing.assert_array_equal(host_original, device_original)

@@ -8,6 +8,8 @@ holding the corrected nucleus centres of that image. The detector is then applie
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["register"]
 
 
@@ -44,8 +46,15 @@ def _cmd_learn(args) -> int:
     n_pos = int(detector.labels.sum())
     print(f"learned from {detector.n_images} image(s): {n_pos} nuclei and {detector.n_samples - n_pos} other "
           f"candidates, {detector.n_unmatched_points} corrected point(s) with no candidate within "
-          f"{detector.tolerance:.3g}; {_decision(detector)} -> {args.out}")
+          f"{detector.tolerance:.3g}{_search(detector)}; {_decision(detector)} -> {args.out}")
     return 0
+
+
+def _search(detector) -> str:
+    if detector.search_floor is None:
+        return ""
+    return (f" (after widening the candidates down to {math.exp(detector.search_floor):.2g} times the default "
+            "threshold's score, where corrected points had none)")
 
 
 def _decision(detector) -> str:

@@ -61,7 +61,12 @@ class LearnedDetector:
     """(learned out-of-bag, default) F1 on the training images."""
     n_images: int = 0
     n_unmatched_points: int = 0
-    """Corrected points that no candidate lay within ``tolerance`` of (the detector cannot add those)."""
+    """Corrected points that no candidate lay within ``tolerance`` of, even after the widened
+    search (the detector cannot add those)."""
+    search_floor: float | None = None
+    """The widened search's floor (``_candidates.search_floor``: a log score relative to the
+    default threshold), set by corrected points the candidates missed: the vote field's 3x3
+    maxima at or above it are candidates too. None: no widened search."""
 
     @property
     def n_samples(self) -> int:
@@ -128,7 +133,8 @@ class LearnedDetector:
     def rescore(self, image: ArrayLike | Array, detections: Any, *, threshold: float | None = None,
                 channel: int | None = None, stains: str | ArrayLike | None = None, backend: str = "auto") -> Any:
         """``detections`` (with their vote field) scored by the detector: the candidates are the
-        detector's and the vote field's closer maxima (``_candidates.widen``), every one scored by
+        detector's and the vote field's closer maxima (``_candidates.widen``; down to
+        ``search_floor`` where the training widened its search), every one scored by
         its probability of being a nucleus; the points are those at or above ``threshold``
         (default: the detector's), the most probable of points closer than ``min_distance``. The
         contrast floor is lifted (the contrast is one of the features). ``with_threshold('auto')``
@@ -140,7 +146,7 @@ class LearnedDetector:
 
         ndim = len(detections.spacing)
         self.check_compatible(ndim=ndim, rgb=reads_as_rgb(np.shape(image)) and channel is None)
-        detections, original = widen(detections)
+        detections, original = widen(detections, self.search_floor)
         features = candidate_features(image, detections, polarity=self.polarity, channel=channel, stains=stains,
                                       original=original, backend=backend)
         probability = self.probability(features)
@@ -167,6 +173,7 @@ class LearnedDetector:
             "tolerance": self.tolerance,
             "feature_names": list(self.feature_names), "n_images": self.n_images,
             "n_unmatched_points": self.n_unmatched_points, "decision": self.decision,
+            "search_floor": self.search_floor,
             "training_f1": list(self.training_f1),
             "forest": self.forest.to_dict(),
             "samples": {"features": self.samples.astype(np.float64).tolist(), "labels": self.labels.astype(int).tolist(),
@@ -217,6 +224,7 @@ def load_detector(path) -> LearnedDetector:
             groups=np.asarray(data["samples"]["groups"], dtype=np.int64),
             n_images=int(data.get("n_images", 0)), n_unmatched_points=int(data.get("n_unmatched_points", 0)),
             decision=str(data.get("decision", "learned")),
+            search_floor=None if data.get("search_floor") is None else float(data["search_floor"]),
             training_f1=tuple(float(v) for v in data.get("training_f1", (float("nan"),) * 2)))
         if detector.decision not in ("learned", "default"):
             raise ValueError(f"decision must be 'learned' or 'default'; got {detector.decision!r}")

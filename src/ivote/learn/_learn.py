@@ -10,12 +10,12 @@ import numpy as np
 from .._typing import ArrayLike, Spacing
 from .._validate import check_positive
 from ..errors import IvoteError
-from ._candidates import suppress, widen
+from ._candidates import search_floor, suppress, widen
 from ._detector import LearnedDetector
 from ._features import candidate_features
 from ._forest import N_TREES, fit_forest
 
-__all__ = ["Corrections", "corrections_of", "fit_detector", "learn_detector"]
+__all__ = ["Corrections", "corrections_of", "fit_detector", "learn_detector", "one_floor"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class Corrections:
     """Corrected points in the region."""
     unmatched_points: np.ndarray
     """(U, ndim) corrected points with no candidate within the tolerance."""
+    search_floor: float | None = None
+    """The floor of the widened search (``_candidates.search_floor``) that these candidates
+    include, None when every corrected point had a candidate (or ``search=False``)."""
+    n_searched: int = 0
+    """Corrected points that had no candidate before the widened search."""
 
 
 AMBIGUOUS = 2.0
@@ -67,15 +72,16 @@ def _region_mask(annotated, candidates, shape, spacing, tolerance):
 
 
 def corrections_of(image, detections, points, *, polarity: str = "bright", annotated=None, tolerance=None,
-                   channel=None, stains=None, backend: str = "auto") -> Corrections:
+                   channel=None, stains=None, search: bool = True, floor: float | None = None,
+                   backend: str = "auto") -> Corrections:
     """Training samples of one image: features of its candidates and whether a corrected point matched each.
 
     ``detections`` come from ``iterative_voting(image, ..., return_votes=True)``; ``points`` are
     the corrected nucleus centres (pixel coordinates); ``annotated`` limits the samples to the
-    corrected region (see :func:`learn_detector`).
+    corrected region (see :func:`learn_detector`). With ``search`` (default), corrected points
+    that no candidate lies near widen the candidates (``_candidates.search_floor``): the vote
+    field's maxima down to the floor they set (or ``floor``, if lower) become candidates too.
     """
-    from ..metrics import match_points
-
     ndim = len(detections.spacing)
     points = np.asarray(points, dtype=np.float64).reshape(-1, ndim) if np.size(points) else np.zeros((0, ndim))
     if points.ndim != 2 or points.shape[1] != ndim:
@@ -83,27 +89,60 @@ def corrections_of(image, detections, points, *, polarity: str = "bright", annot
     spacing = tuple(detections.spacing)
     tolerance = default_tolerance(detections.radius, ndim) if tolerance is None else check_positive(tolerance, "tolerance")
     shape = detections.vote_field.shape if detections.vote_field is not None else None
-    detections, original = widen(detections)
+    in_points = _region_mask(annotated, points, shape, spacing, tolerance) if len(points) else np.zeros(0, bool)
+    points = points[in_points]
+    samples = _samples(image, detections, points, floor, polarity, annotated, tolerance, channel, stains, backend)
+    n_searched = len(samples[-1])
+    if search and n_searched:
+        found = search_floor(detections, samples[-1], tolerance)
+        lowest = found if floor is None or found is None else min(found, floor)
+        if lowest is not None and lowest != floor:
+            floor = lowest
+            samples = _samples(image, detections, points, floor, polarity, annotated, tolerance, channel, stains,
+                               backend)
+    features, labels, names, positions, unmatched = samples
+    return Corrections(features, labels, names, positions, len(points), unmatched, floor, n_searched)
+
+
+def _samples(image, detections, points, floor, polarity, annotated, tolerance, channel, stains, backend):
+    """(features, labels, names, positions, unmatched points) of the candidates (widened down to
+    ``floor``) in the corrected region."""
+    from scipy.spatial import cKDTree
+
+    from ..metrics import match_points
+
+    spacing = tuple(detections.spacing)
+    shape = detections.vote_field.shape if detections.vote_field is not None else None
+    detections, original, searched = widen(detections, floor, return_searched=True)
     features = candidate_features(image, detections, polarity=polarity, channel=channel, stains=stains,
                                   original=original, backend=backend)
     candidates = np.asarray(detections.candidates, dtype=np.float64)
     inside = _region_mask(annotated, candidates, shape, spacing, tolerance)
-    in_points = _region_mask(annotated, points, shape, spacing, tolerance) if len(points) else np.zeros(0, bool)
-    points = points[in_points]
     labels = np.zeros(len(candidates), dtype=bool)
     matched_points = np.zeros(len(points), dtype=bool)
-    used = np.flatnonzero(inside)
-    if len(points) and len(used):
-        match = match_points(candidates[used], points, tolerance=tolerance, spacing=spacing)
-        labels[used[match.pairs[:, 0]]] = True
-        matched_points[match.pairs[:, 1]] = True
-        # a candidate beside a nucleus, off its centre, is neither clearly one nor clearly not: left out
-        from scipy.spatial import cKDTree
-
+    for used in (np.flatnonzero(inside & ~searched), np.flatnonzero(inside & searched)):
+        # the search's candidates take only the points the others left: they never displace a candidate's match
+        rest = np.flatnonzero(~matched_points)
+        if len(rest) and len(used):
+            match = match_points(candidates[used], points[rest], tolerance=tolerance, spacing=spacing)
+            labels[used[match.pairs[:, 0]]] = True
+            matched_points[rest[match.pairs[:, 1]]] = True
+    if len(points):
+        # a candidate beside a nucleus, off its centre, is neither clearly one nor clearly not: left out;
+        # the search's are scored wherever the detector is applied: trained on as they come, a second point
+        # on a nucleus when unmatched
         near = cKDTree(points * np.asarray(spacing)).query(candidates * np.asarray(spacing), k=1)[0]
-        inside &= labels | (near > AMBIGUOUS * tolerance)
-    return Corrections(features.values[inside], labels[inside], features.names,
-                       candidates[inside] * np.asarray(spacing), len(points), points[~matched_points])
+        inside &= labels | searched | (near > AMBIGUOUS * tolerance)
+    return (features.values[inside], labels[inside], features.names, candidates[inside] * np.asarray(spacing),
+            points[~matched_points])
+
+
+def one_floor(corrections: list, again) -> list:
+    """``corrections`` of several images on one candidate set: those whose widened search's floor
+    is not the lowest of them are made again by ``again(index, lowest)``."""
+    floors = [c.search_floor for c in corrections if c.search_floor is not None]
+    lowest = min(floors) if floors else None
+    return [c if c.search_floor == lowest else again(k, lowest) for k, c in enumerate(corrections)]
 
 
 def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: int, rgb: bool, tolerance: float,
@@ -120,6 +159,7 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
     positions = [c.positions for c in corrections]
     groups = [np.full(len(c.labels), k, dtype=np.int64) for k, c in enumerate(corrections)]
     unmatched = sum(len(c.unmatched_points) for c in corrections)
+    floors = [c.search_floor for c in corrections if c.search_floor is not None]
     n_images = len(corrections)
     if previous is not None:
         previous.check_compatible(ndim=ndim, rgb=rgb, polarity=polarity)
@@ -132,6 +172,7 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
         groups.insert(0, previous.groups)
         unmatched += previous.n_unmatched_points
         n_images += previous.n_images
+        floors += [] if previous.search_floor is None else [previous.search_floor]
     x = np.concatenate(features) if features else np.zeros((0, len(names)), np.float32)
     y = np.concatenate(labels) if labels else np.zeros(0, bool)
     where = np.concatenate(positions) if positions else np.zeros((0, ndim))
@@ -143,7 +184,7 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
     if n_positive == len(y):
         raise IvoteError("every candidate is a nucleus: delete at least one false detection before learning "
                          "(the detector learns what is not a nucleus from the deleted points)")
-    forest, oob, _ = fit_forest(x, y, n_trees=n_trees, seed=seed)
+    forest, oob = fit_forest(x, y, n_trees=n_trees, seed=seed)
     missing = ~np.isfinite(oob)
     if missing.any():
         oob[missing] = forest.probability(x[missing])
@@ -158,7 +199,7 @@ def fit_detector(corrections, *, radius: float, spacing, polarity: str, ndim: in
                            spacing=tuple(float(s) for s in spacing), polarity=polarity, ndim=ndim, rgb=rgb,
                            feature_names=tuple(names), tolerance=float(tolerance), samples=x.astype(np.float32),
                            labels=y, positions=where, groups=group, n_images=n_images,
-                           n_unmatched_points=int(unmatched))
+                           n_unmatched_points=int(unmatched), search_floor=min(floors) if floors else None)
 
 
 DISTANCE_FACTORS = (0.6, 0.8, 1.0, 1.2, 1.5)
@@ -243,8 +284,8 @@ def choose_threshold(probability: np.ndarray, labels: np.ndarray, n_missed: int 
 
 def learn_detector(images: Any, points: Any, *, radius: float, spacing: Spacing = None, polarity: str = "bright",
                    annotated: Any = None, tolerance: float | None = None, detector: LearnedDetector | None = None,
-                   channel: int | None = None, stains: str | ArrayLike | None = None, n_trees: int = N_TREES, seed: int = 0,
-                   backend: str = "auto") -> LearnedDetector:
+                   channel: int | None = None, stains: str | ArrayLike | None = None, search: bool = True,
+                   n_trees: int = N_TREES, seed: int = 0, backend: str = "auto") -> LearnedDetector:
     """Learn which maxima of the vote field are nuclei from corrected points on a few images.
 
     Each image is detected (every local maximum of the vote field is a candidate), the
@@ -271,6 +312,11 @@ def learn_detector(images: Any, points: Any, *, radius: float, spacing: Spacing 
         the typical nucleus radius (the radius over ``detect._radius.LARGEST_OVER_TYPICAL``, over 2).
     detector : LearnedDetector, optional
         A detector to add these corrections to (its samples are kept: rounds accumulate).
+    search : bool
+        Widen the candidates where corrected points have none near them (default): the vote
+        field's maxima of their 3x3 box, down to the floor the weakest of them sets, become
+        candidates on the training images and on every image the detector scores
+        (``LearnedDetector.search_floor``), so that it can find nuclei the default cannot.
     n_trees, seed :
         The forest's size and random seed.
 
@@ -300,7 +346,8 @@ def learn_detector(images: Any, points: Any, *, radius: float, spacing: Spacing 
                          f"{len(points)} points arrays, {len(annotated)} regions")
     if not images:
         raise IvoteError("learn_detector needs at least one image with corrected points")
-    corrections, settings = [], None
+    floor = None if detector is None else detector.search_floor
+    found_all, corrections, settings = [], [], None
     for image, corrected, region in zip(images, points, annotated):
         found = iterative_voting(image, radius=radius, spacing=spacing, polarity=polarity, channel=channel,
                                  stains=stains, threshold=None, return_votes=True, backend=backend)
@@ -310,7 +357,16 @@ def learn_detector(images: Any, points: Any, *, radius: float, spacing: Spacing 
             settings = dict(radius=found.radius, spacing=found.spacing, polarity=polarity, ndim=ndim, rgb=rgb)
         elif (ndim, rgb) != (settings["ndim"], settings["rgb"]):
             raise IvoteError("every image of one detector must be of one kind (all grey or all RGB, all 2D or 3D)")
+        found_all.append(found)
         corrections.append(corrections_of(image, found, corrected, polarity=polarity, annotated=region,
-                                          tolerance=tolerance, channel=channel, stains=stains, backend=backend))
+                                          tolerance=tolerance, channel=channel, stains=stains, search=search,
+                                          floor=floor, backend=backend))
+
+    def again(k, lowest):
+        return corrections_of(images[k], found_all[k], points[k], polarity=polarity, annotated=annotated[k],
+                              tolerance=tolerance, channel=channel, stains=stains, search=False, floor=lowest,
+                              backend=backend)
+
+    corrections = one_floor(corrections, again)
     tol = default_tolerance(settings["radius"], settings["ndim"]) if tolerance is None else float(tolerance)
     return fit_detector(corrections, tolerance=tol, previous=detector, n_trees=n_trees, seed=seed, **settings)

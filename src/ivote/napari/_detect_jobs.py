@@ -221,9 +221,13 @@ class TimelapseResult:
 
     def _one_threshold(self, threshold):
         """(threshold, contrast floor) for every frame, as ``ivote.detect_frames``: the 'auto' or
-        Otsu rule on all frames' candidates together, or the value given (floor: each frame's own)."""
+        Otsu rule on all frames' candidates together, or the value given (floor: each frame's own);
+        with a learned model, 'auto' is its decision in every frame."""
         from ivote._frames import pooled_rule, pooled_threshold
 
+        learned = any(r.detections.auto_kept is not None for r in self.results)
+        if learned and pooled_rule(threshold) == "auto":  # a learned model's decision: one probability threshold
+            return threshold, None
         if pooled_rule(threshold) is not None and self.results:
             return pooled_threshold(threshold, [r.detections for r in self.results])
         return threshold, None

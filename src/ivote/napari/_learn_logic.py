@@ -54,7 +54,8 @@ def learn_and_rescore(shown, corrected, base, cache):
     rgb = reads_as_rgb(image.shape)
     tolerance = default_tolerance(everything.radius, ndim)
     try:
-        corrections = corrections_of(image, everything, corrected, polarity=polarity, tolerance=tolerance)
+        corrections = corrections_of(image, everything, corrected, polarity=polarity, tolerance=tolerance,
+                                     floor=None if base is None else base.search_floor)
         detector = fit_detector([corrections], radius=everything.radius, spacing=everything.spacing,
                                 polarity=polarity, ndim=ndim, rgb=rgb, tolerance=tolerance, previous=base)
         rescored = detector.rescore(image, everything)
@@ -66,6 +67,9 @@ def learn_and_rescore(shown, corrected, base, cache):
     message = (f"learned from {nuclei} nuclei and {len(corrections.labels) - nuclei} other candidates in "
                f"{seconds:.2f} s; re-scored: {len(rescored.points)} nuclei, {added} added and {removed} removed "
                "against your corrections")
+    found = corrections.n_searched - len(corrections.unmatched_points)
+    if found:
+        message += f"; the search below the default's candidates found {found} of your points"
     if len(corrections.unmatched_points):
         message += f" ({len(corrections.unmatched_points)} of your points have no candidate near them)"
     return detector, DetectResult(rescored, None, 0, False, seconds), message
