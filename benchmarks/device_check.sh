@@ -13,6 +13,8 @@
 #   speed     the GPU tests of components, transfers and segmentation, bench_components.py (1x
 #             graph with the pinned-copy sweep, 512^3 mask), bench_segment.py --gpu-only with the
 #             library's kernels and with the kernel sweep, then every GPU test (at most 180 s)
+#   components  the GPU tests of components and transfers, bench_components.py (1x and 10x graphs,
+#             512^3 mask), then the other GPU tests (those `speed` runs first left out; at most 330 s)
 #
 # Each part writes its table to OUT_DIR/<part>.md and its log to the terminal.
 set -uo pipefail
@@ -45,6 +47,16 @@ for part in $parts; do
       python3 benchmarks/bench_segment.py --gpu-only --out "$out/segment.md" || status=1
       python3 benchmarks/bench_segment.py --gpu-only --march-sweep --out "$out/segment_sweep.md" || status=1
       timeout 180 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.txt" | tail -15
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+    components)
+      python3 -m pytest tests/gpu/test_components_gpu.py tests/gpu/test_backend_gpu.py \
+        tests/gpu/test_segment_connect_gpu.py -q -p no:cacheprovider 2>&1 | tee "$out/components_tests.txt" | tail -25
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      python3 benchmarks/bench_components.py --repeat 7 --out "$out/components.md" || status=1
+      timeout 330 python3 -m pytest tests/gpu -q -p no:cacheprovider --ignore=tests/gpu/test_components_gpu.py \
+        --ignore=tests/gpu/test_backend_gpu.py --ignore=tests/gpu/test_segment_gpu.py \
+        --ignore=tests/gpu/test_segment_dim3d_gpu.py --ignore=tests/gpu/test_segment_connect_gpu.py 2>&1 \
+        | tee "$out/gpu_tests.txt" | tail -15
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
     *) echo "unknown part: $part"; status=1 ;;
   esac

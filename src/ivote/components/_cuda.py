@@ -91,7 +91,10 @@ def canonical_from_roots(xp, roots):
     number_of_root = xp.cumsum(is_root, dtype=roots.dtype) - 1
     component = number_of_root[roots]
     n_components = int(number_of_root[-1]) + 1
-    sizes = xp.bincount(component, minlength=n_components).astype(np.int64, copy=False)
+    # a bincount's atomics would queue on a giant component's one counter: added per warp instead
+    name = f"ivote_cc_sizes<{'int' if component.dtype == np.int32 else 'long long'}>"
+    sizes = xp.zeros(n_components, dtype=np.int64)
+    get_kernel("components", name, name_expressions=(name,))(_grid(n), (_THREADS,), (component, np.int64(n), sizes))
     return n_components, component, sizes
 
 
@@ -126,7 +129,8 @@ class HashCompaction:
     """Distinct 64-bit ids through an open-addressing table on the device (``ivote_cc_hash_insert``).
 
     :meth:`insert` queues one contiguous run of ids (a chunk as it arrives) and writes each id's
-    slot; :meth:`finish` sorts the distinct ids and gives the rank of every slot, so that
+    slot; the thread that claims a slot appends the id and the slot to a list, so :meth:`finish`
+    sorts the distinct ids without scanning the table and gives the rank of every slot: then
     ``rank[slots]`` is each id's index among the sorted distinct ids.
     """
 
@@ -135,7 +139,9 @@ class HashCompaction:
         self.capacity = table_capacity(n_ids)
         self.slot_dtype = np.dtype(np.int32 if self.capacity + 1 < 2**31 else np.int64)
         self.table = xp.full(self.capacity, _EMPTY_ID, dtype=np.uint64)
-        self.has_max = xp.zeros(1, dtype=np.int32)
+        self.keys = xp.empty(max(n_ids, 1), dtype=np.uint64)  # the distinct ids, in order of their claim
+        self.key_slots = xp.empty(max(n_ids, 1), dtype=self.slot_dtype)
+        self.counters = xp.zeros(2, dtype=np.uint64)  # ids claimed; whether the id 2**64 - 1 occurs
         name = f"ivote_cc_hash_insert<{'int' if self.slot_dtype == np.int32 else 'long long'}>"
         self.kernel = get_kernel("components", name, name_expressions=(name,))
 
@@ -144,22 +150,22 @@ class HashCompaction:
         n = int(ids.size)
         if n:
             self.kernel(_grid(n), (_THREADS,), (ids, np.int64(n), self.table, np.uint64(self.capacity - 1),
-                                                slots, self.has_max))
+                                                slots, self.keys, self.key_slots, self.counters))
 
     def finish(self):
         """``(vertex_ids, rank)``: the sorted distinct ids and, per slot (and the extra slot of the
         id 2**64 - 1), the index of its id among them."""
         xp = self.xp
-        occupied = xp.flatnonzero(self.table != _EMPTY_ID)
-        keys = self.table[occupied]
-        if bool(self.has_max[0]):  # that id never enters the table: the extra slot past its end
+        claimed, has_max = (int(v) for v in to_host(self.counters))
+        keys, key_slots = self.keys[:claimed], self.key_slots[:claimed]
+        if has_max:  # that id never enters the table: the extra slot past its end
             keys = xp.concatenate([keys, xp.full(1, _EMPTY_ID, dtype=np.uint64)])
-            occupied = xp.concatenate([occupied, xp.full(1, self.capacity, dtype=occupied.dtype)])
+            key_slots = xp.concatenate([key_slots, xp.full(1, self.capacity, dtype=self.slot_dtype)])
         order = xp.argsort(keys)
         vertex_ids = keys[order]
         dtype = _idx_dtype(vertex_ids.size)
         rank = xp.empty(self.capacity + 1, dtype=dtype)
-        rank[occupied[order]] = xp.arange(vertex_ids.size, dtype=dtype)
+        rank[key_slots[order]] = xp.arange(vertex_ids.size, dtype=dtype)
         return vertex_ids, rank
 
 
@@ -177,7 +183,7 @@ def use_hash(xp, n_ids: int) -> bool:
         return COMPACTION == "hash"
     capacity = table_capacity(n_ids)
     index_bytes = 4 if capacity + 1 < 2**31 else 8
-    need = capacity * (8 + index_bytes) + n_ids * 2 * index_bytes
+    need = capacity * (8 + index_bytes) + n_ids * (8 + 3 * index_bytes)  # + claims, slots, indices
     return need <= 0.5 * gpu_memory_available()
 
 

@@ -184,37 +184,98 @@ __device__ __forceinline__ unsigned long long ivote_cc_mix(unsigned long long x)
 // ivote_cc_hash_insert<SlotT>: slot[i] = the table slot holding ids[i], inserting
 // it by linear probing (table of mask + 1 slots, a power of two, at most half
 // full). A slot, once claimed by atomicCAS, never changes, so a plain (volatile)
-// read that finds the id is final.
+// read that finds the id is final. The thread that claims a slot also appends its
+// id and slot to keys/key_slots (counters[0]: how many; one atomicAdd per warp),
+// so the distinct ids are known without scanning the table; counters[1] = 1 when
+// the id ~0 occurs. The loop runs the same iterations in every lane of a warp
+// (blockDim a multiple of 32), so the warp's votes see all its lanes.
 template <typename SlotT>
 __global__ void ivote_cc_hash_insert(const unsigned long long* __restrict__ ids, const long long n,
                                      unsigned long long* table, const unsigned long long mask,
-                                     SlotT* __restrict__ slot, int* has_max)
+                                     SlotT* __restrict__ slot, unsigned long long* __restrict__ keys,
+                                     SlotT* __restrict__ key_slots, unsigned long long* counters)
 {
     const unsigned long long empty = ~0ULL;
     volatile unsigned long long* vtable = table;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (long long)blockDim.x * gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long base = (long long)blockIdx.x * blockDim.x; base < n; base += stride) {
+        const long long i = base + threadIdx.x;
+        const bool valid = i < n;
+        const unsigned active = __ballot_sync(0xffffffffu, valid);
+        if (!valid) break;  // only in a block's last iteration: the next base is past n
         const unsigned long long id = ids[i];
+        bool claimed = false;
+        SlotT here;
         if (id == empty) {
-            slot[i] = (SlotT)(mask + 1);
-            *has_max = 1;
-            continue;
+            here = (SlotT)(mask + 1);
+            counters[1] = 1ULL;
+        } else {
+            unsigned long long h = ivote_cc_mix(id) & mask;
+            while (true) {
+                unsigned long long seen = vtable[h];
+                if (seen == empty) {
+                    seen = atomicCAS(&table[h], empty, id);
+                    if (seen == empty) {
+                        claimed = true;
+                        break;
+                    }
+                }
+                if (seen == id) break;
+                h = (h + 1) & mask;
+            }
+            here = (SlotT)h;
         }
-        unsigned long long h = ivote_cc_mix(id) & mask;
-        while (true) {
-            unsigned long long seen = vtable[h];
-            if (seen == empty) seen = atomicCAS(&table[h], empty, id);
-            if (seen == empty || seen == id) break;
-            h = (h + 1) & mask;
+        slot[i] = here;
+        const unsigned claims = __ballot_sync(active, claimed);
+        if (claims) {
+            const int leader = __ffs(claims) - 1;
+            unsigned long long first = 0;
+            if (lane == leader) first = atomicAdd(&counters[0], (unsigned long long)__popc(claims));
+            first = __shfl_sync(active, first, leader);
+            if (claimed) {
+                const unsigned long long at = first + __popc(claims & ((1u << lane) - 1u));
+                keys[at] = id;
+                key_slots[at] = here;
+            }
         }
-        slot[i] = (SlotT)h;
+    }
+}
+
+// ivote_cc_sizes<IdxT>: sizes[c] += 1 for every vertex's component c (sizes zeroed). The
+// lanes of a warp with the same component add once together (__match_any_sync): a giant
+// component would otherwise be one hot atomic for most of its vertices.
+template <typename IdxT>
+__global__ void ivote_cc_sizes(const IdxT* __restrict__ component, const long long n,
+                               unsigned long long* sizes)
+{
+    const int lane = threadIdx.x & 31;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long base = (long long)blockIdx.x * blockDim.x; base < n; base += stride) {
+        const long long i = base + threadIdx.x;
+        const bool valid = i < n;
+        const unsigned active = __ballot_sync(0xffffffffu, valid);
+        if (!valid) break;
+        const IdxT c = component[i];
+#if __CUDA_ARCH__ >= 700
+        const unsigned same = __match_any_sync(active, c);
+        if (lane == __ffs(same) - 1) atomicAdd(&sizes[c], (unsigned long long)__popc(same));
+#else
+        (void)active;
+        (void)lane;
+        atomicAdd(&sizes[c], 1ULL);
+#endif
     }
 }
 
 #ifdef IVOTE_NVCC_CHECK
 template __global__ void ivote_cc_hash_insert<int>(const unsigned long long*, const long long,
-                                                   unsigned long long*, const unsigned long long, int*, int*);
+                                                   unsigned long long*, const unsigned long long, int*,
+                                                   unsigned long long*, int*, unsigned long long*);
 template __global__ void ivote_cc_hash_insert<long long>(const unsigned long long*, const long long,
                                                          unsigned long long*, const unsigned long long,
-                                                         long long*, int*);
+                                                         long long*, unsigned long long*, long long*,
+                                                         unsigned long long*);
+template __global__ void ivote_cc_sizes<int>(const int*, const long long, unsigned long long*);
+template __global__ void ivote_cc_sizes<long long>(const long long*, const long long, unsigned long long*);
 #endif
