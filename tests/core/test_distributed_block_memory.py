@@ -75,3 +75,32 @@ def test_a_limit_below_the_numpy_paths_fixed_memory_says_so():
     with pytest.raises(ValueError, match=r"memory_limit .*numpy"):
         detect_chunked(image, RADIUS, spacing=SPACING, memory_limit=cpu_detection_memory(0, "numpy") // 2,
                        scheduler="sync", backend="numpy")
+
+
+@pytest.mark.parametrize("shape", [(640, 480), (24, 96, 80)])
+def test_the_statistics_pass_gradient_holds_three_arrays_of_the_block_at_most(shape):
+    # blocks are sized by GPU_BYTES_PER_VOXEL (32) for the detection; the first pass's gradient ran the same
+    # array code on the GPU with two temporaries per component (40 bytes a voxel: a 100,000² slide's block ran
+    # out of its GPU limit). Traced on NumPy, the same code: the blurred copy, the sum and one component.
+    import tracemalloc
+
+    from ivote.distributed._detect_statistics import _gradient_magnitude
+
+    block = np.random.default_rng(0).random(shape)
+    spacing = (1.0, 0.5, 0.5)[-len(shape):]
+    owned = tuple(slice(2, n - 2) for n in shape)
+    region = tuple(slice(0, n) for n in shape)
+    tracemalloc.start()
+    try:
+        magnitude = _gradient_magnitude(block, owned, region, 0.0, 1.0, (0.0,) * len(shape), spacing, np, False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 3.1 * block.nbytes, f"{peak / block.size:.1f} bytes per voxel"  # edges: a few rows more
+    assert 3 * 8 < _detect_chunks.GPU_BYTES_PER_VOXEL
+    # the values: the central differences of np.gradient, in the kernels' order of sums
+    parts = np.gradient(block, *spacing)
+    expected = parts[0] ** 2
+    for part in parts[1:]:
+        expected = expected + part**2
+    np.testing.assert_array_equal(magnitude, np.sqrt(expected)[owned])

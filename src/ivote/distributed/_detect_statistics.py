@@ -191,20 +191,26 @@ def _gradient_magnitude(block, owned, region, low, high, sigma, spacing, xp, com
     grown = tuple(slice(max(s.start - 1, 0), min(s.stop + 1, n)) for s, n in zip(inner, smoothed.shape))
     crop = smoothed[grown]
     del smoothed
-    total = None  # ((gz^2 + gy^2) + gx^2): the kernels' order, one component at a time
+    # ((gz^2 + gy^2) + gx^2): the kernels' order, one component at a time, in place: at most three arrays
+    # of the block at once (the blurred block, the sum, a component), as the blur's (GPU_BYTES_PER_VOXEL)
+    total = None
     for axis, step in enumerate(spacing):
         g = _difference(crop, axis, float(step), xp)
         g *= g
-        total = g if total is None else total + g
+        if total is None:
+            total = g
+        else:
+            total += g
         del g
-    magnitude = xp.sqrt(total)
+    magnitude = xp.sqrt(total, out=total)
     mine = tuple(slice(s.start - g.start, s.stop - g.start) for s, g in zip(inner, grown))
     return magnitude[mine]
 
 
 def _difference(f, axis: int, h: float, xp):
     """One gradient component as ``ivote_diff`` (and ``np.gradient``, edge_order 1):
-    central differences divided by 2h inside, one-sided at the ends, 0 on an axis of length 1."""
+    central differences divided by 2h inside, one-sided at the ends, 0 on an axis of length 1.
+    Written into one new array, without temporaries of the block's size (the same roundings)."""
     n = f.shape[axis]
     out = xp.zeros_like(f)
     if n < 2:
@@ -213,7 +219,9 @@ def _difference(f, axis: int, h: float, xp):
     def along(start, stop):
         return tuple(slice(start, stop) if k == axis else slice(None) for k in range(f.ndim))
 
-    out[along(1, n - 1)] = (f[along(2, n)] - f[along(0, n - 2)]) / (2.0 * h)
+    inside = out[along(1, n - 1)]
+    xp.subtract(f[along(2, n)], f[along(0, n - 2)], out=inside)
+    inside /= 2.0 * h
     out[along(0, 1)] = (f[along(1, 2)] - f[along(0, 1)]) / h
     out[along(n - 1, n)] = (f[along(n - 1, n)] - f[along(n - 2, n - 1)]) / h
     return out
