@@ -98,8 +98,10 @@ def test_offsets_beyond_the_packing_are_refused_before_any_work():
 
     with pytest.raises(ValueError, match="radius must be at most 32767"):
         check_packable(make_plan(4.0, (1.0, 1e-4), 2))
-    with pytest.raises(ValueError, match="radius must be at most 511"):
-        check_packable(make_plan(52.0, (1.0, 0.1, 0.1), 3))
+    # 3D: 520 pixels along one axis, one pixel along the others (a plan of thousands of offsets, not millions)
+    for spacing in [(40.0, 40.0, 0.1), (0.1, 40.0, 40.0)]:
+        with pytest.raises(ValueError, match="radius must be at most 511"):
+            check_packable(make_plan(52.0, spacing, 3))
     with pytest.raises(ValueError, match="32767"):
         pack_offsets(np.array([[0, 40000]]))
     check_packable(make_plan(9.1, (1.3, 1.3), 2))  # ordinary radii pass

@@ -153,7 +153,7 @@ def test_partial_spacing_names_the_fix(tmp_path, volume):
 # ---------------------------------------------------------------- OME-Zarr
 
 
-def _write_ome_zarr(path, data, version, axes, scale, unit="micrometer"):
+def _write_ome_zarr(path, data, version, axes, scale, zarr_api, unit="micrometer"):
     import zarr
 
     axes_meta = [{"name": a.lower(), "type": {"c": "channel", "t": "time"}.get(a.lower(), "space")} for a in axes]
@@ -167,21 +167,22 @@ def _write_ome_zarr(path, data, version, axes, scale, unit="micrometer"):
             {"type": "scale", "scale": [s * f for s, f in zip(scale, factor)]}]})
     multiscales = {"axes": axes_meta, "datasets": datasets, "name": "cells"}
     if version == "0.4":
-        group = zarr.open_group(str(path), mode="w", zarr_format=2)
+        group = zarr.open_group(str(path), mode="w", **zarr_api.v2)
         group.attrs["multiscales"] = [{"version": "0.4", **multiscales}]
     else:
+        zarr_api.need_v3()
         group = zarr.open_group(str(path), mode="w", zarr_format=3)
         group.attrs["ome"] = {"version": "0.5", "multiscales": [multiscales]}
-    group.create_array("0", data=data, chunks=data.shape)
+    zarr_api.add(group, "0", data)
     half = data[..., ::2, ::2]
-    group.create_array("1", data=np.ascontiguousarray(half), chunks=half.shape)
+    zarr_api.add(group, "1", np.ascontiguousarray(half))
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
-def test_ome_zarr_multiscale(tmp_path, nuclei, version):
+def test_ome_zarr_multiscale(tmp_path, nuclei, version, zarr_api):
     stain, noise, reference = nuclei
     path = tmp_path / f"cells_{version}.ome.zarr"
-    _write_ome_zarr(path, np.stack([stain, noise]), version, "CYX", [1.0, 500.0, 500.0], unit="nanometer")
+    _write_ome_zarr(path, np.stack([stain, noise]), version, "CYX", [1.0, 500.0, 500.0], zarr_api, unit="nanometer")
     image = open_image(path)
     assert image.axes == "CYX" and image.axes_from == "OME-Zarr metadata"
     assert image.spacing == pytest.approx(SPACING)
@@ -193,10 +194,10 @@ def test_ome_zarr_multiscale(tmp_path, nuclei, version):
     assert_same(found, reference)
 
 
-def test_ome_zarr_volume_v05(tmp_path, volume):
+def test_ome_zarr_volume_v05(tmp_path, volume, zarr_api):
     stack, reference = volume
     path = tmp_path / "vol.ome.zarr"
-    _write_ome_zarr(path, stack, "0.5", "ZYX", [2.0, 0.5, 0.5])
+    _write_ome_zarr(path, stack, "0.5", "ZYX", [2.0, 0.5, 0.5], zarr_api)
     assert open_image(path).axes == "ZYX"
     found, spacing = detect_file(path, radius=3.0)
     assert spacing == pytest.approx((2.0, 0.5, 0.5))

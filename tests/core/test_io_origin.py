@@ -69,12 +69,12 @@ def test_ome_zarr_stores_a_translation_after_the_scale(tmp_path):
                           {"type": "translation", "translation": [0.0, 3.0, -1.0]}]
 
 
-def test_ome_zarr_translation_of_another_writer_in_nanometres(tmp_path):
+def test_ome_zarr_translation_of_another_writer_in_nanometres(tmp_path, zarr_api):
     """Dataset transforms come first, then the multiscale's (OME-NGFF 0.4), in the axes' unit."""
     import zarr
 
     path = tmp_path / "other.ome.zarr"
-    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    group = zarr.open_group(str(path), mode="w", **zarr_api.v2)
     group.attrs["multiscales"] = [{
         "version": "0.4", "axes": [{"name": n, "type": "space", "unit": "nanometer"} for n in "yx"],
         "datasets": [{"path": "0", "coordinateTransformations": [
@@ -82,7 +82,7 @@ def test_ome_zarr_translation_of_another_writer_in_nanometres(tmp_path):
         "coordinateTransformations": [{"type": "scale", "scale": [2.0, 2.0]},
                                       {"type": "translation", "translation": [0.0, -3000.0]}],
     }]
-    group.create_array("0", data=np.zeros((8, 8), np.uint8), chunks=(8, 8))
+    zarr_api.add(group, "0", np.zeros((8, 8), np.uint8))
     image = open_image(path)
     assert image.spacing == pytest.approx((0.5, 1.0))
     assert image.origin == pytest.approx((2.0, -3.0))

@@ -13,6 +13,7 @@ import numpy as np
 from .._typing import ArrayLike
 from ._image import _check_axes_text
 from ._metadata import ORIGIN_NAMESPACE
+from ._zarr import _v2_array, _v2_group
 
 __all__ = ["write_image"]
 
@@ -121,7 +122,6 @@ def _plane_positions(shape, axes: str, spacing, translate) -> dict:
 
 def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=None, translate=None) -> Path:
     import dask.array as da
-    import zarr
 
     if not hasattr(array, "dtype"):
         array = np.asarray(array)
@@ -151,12 +151,11 @@ def _write_ome_zarr(path: Path, array, axes: str, spacing, channel_names, name=N
     if path.exists() and not is_zarr_store(path):
         raise FileExistsError(f"{path} exists and is not a Zarr store: not replacing it; choose another --out")
     with private_folder(path, "tmp") as tmp:
-        group = zarr.open_group(str(tmp), mode="w", zarr_format=2)
+        group = _v2_group(tmp)
         group.attrs["multiscales"] = multiscales
         if channel_names is not None:
             group.attrs["omero"] = {"channels": [{"label": str(c)} for c in channel_names]}
-        target = group.create_array("0", shape=np.shape(array), dtype=array.dtype, chunks=chunks,
-                                    chunk_key_encoding={"name": "v2", "separator": "/"})
+        target = _v2_array(group, "0", shape=np.shape(array), dtype=array.dtype, chunks=chunks)
         if isinstance(array, da.Array):
             da.store(array.rechunk(chunks), target)
         else:

@@ -12,6 +12,37 @@ from ._metadata import _length_um, _read_sizes, _transform_numbers, file_pixel_s
 __all__ = ["ZarrBlocks", "zarr_dask"]
 
 
+# Zarr 3 needs Python 3.11; Python 3.10 gets Zarr 2, which reads and writes v2 stores only.
+# The few calls whose API differs between the two go through these helpers.
+def _zarr_major() -> int:
+    import zarr
+
+    return int(zarr.__version__.split(".")[0])
+
+
+def _zarr_format(array) -> int:
+    """2 or 3: the format of an open Zarr array (Zarr 2 opens only format 2)."""
+    metadata = getattr(array, "metadata", None)
+    return int(getattr(metadata, "zarr_format", 2 if _zarr_major() < 3 else 3))
+
+
+def _v2_group(path):
+    """A new, empty format-2 Zarr group at ``path`` (OME-Zarr 0.4)."""
+    import zarr
+
+    if _zarr_major() < 3:
+        return zarr.open_group(str(path), mode="w")
+    return zarr.open_group(str(path), mode="w", zarr_format=2)
+
+
+def _v2_array(group, name: str, *, shape, dtype, chunks):
+    """A new array ``name`` of a format-2 group, its chunks keyed ``0/1/2`` (OME-Zarr 0.4)."""
+    if _zarr_major() < 3:
+        return group.create_dataset(name, shape=shape, dtype=dtype, chunks=chunks, dimension_separator="/")
+    return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks,
+                              chunk_key_encoding={"name": "v2", "separator": "/"})
+
+
 def _open_zarr(path: Path, scene) -> _Raw:
     import zarr
 
@@ -88,6 +119,9 @@ def _open_zarr_node(path: Path):
 
     if not path.is_dir():
         raise InputFileError(f"{path} is not a Zarr store (a folder holding zarr.json, .zgroup or .zarray)")
+    if (path / "zarr.json").is_file() and _zarr_major() < 3:
+        raise InputFileError(f"{path} is a Zarr v3 store (OME-Zarr 0.5), which needs zarr >= 3 and so Python >= "
+                             "3.11; this Python has zarr 2, which reads v2 stores (.zgroup/.zarray) only")
     try:
         return zarr.open(str(path), mode="r")
     except Exception as exc:  # noqa: BLE001 - zarr's errors do not name the store
@@ -120,7 +154,7 @@ class ZarrBlocks:
             start, stop = (k.start or 0, (k.stop if k.stop is not None else n)) if isinstance(k, slice) else (k, k + 1)
             first.append(start // size)
             last.append(max(start, stop - 1) // size)
-        separator = "." if getattr(self.array.metadata, "zarr_format", 3) == 2 else "/"
+        separator = "." if _zarr_format(self.array) == 2 else "/"
         names = [separator.join(map(str, first)) if first == last else None]
         if names[0] is not None:
             return f"chunk {names[0]}"
@@ -143,7 +177,7 @@ def _plain_zarr(array, path: Path, scene) -> _Raw:
     attribute with a ``unit``."""
     _scene_index(scene, ("Image:0",), path.name)
     attrs = dict(array.attrs)
-    names = getattr(array.metadata, "dimension_names", None) or attrs.get("_ARRAY_DIMENSIONS") or attrs.get("axes")
+    names = getattr(getattr(array, "metadata", None), "dimension_names", None) or attrs.get("_ARRAY_DIMENSIONS") or attrs.get("axes")
     letters = ""
     if isinstance(names, str):
         names = list(names)

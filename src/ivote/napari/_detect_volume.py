@@ -6,11 +6,10 @@ from __future__ import annotations
 import itertools
 
 from magicgui.widgets import Container, PushButton
-from superqt.utils import ensure_main_thread
 
 from . import _detect_layers as layers
 from . import _detect_logic as logic
-from ._runner import Runner
+from ._runner import Runner, on_main_thread
 
 _TIP = ("Detect on the whole layer block by block in the background (ivote.distributed): only a few chunks are "
         "in memory at a time; progress in the activity dock, Cancel stops it. Each block's cells appear as grey "
@@ -84,7 +83,7 @@ class VolumePanel(Container):
         size = 2 * settings["radius"] / min(geometry.scale[-2:])
         self._drop_running(layer)
 
-        @ensure_main_thread
+        @on_main_thread
         def stream(points, scores):  # from the worker: queued to the main thread
             if self._streaming == run and layer in widget.viewer.layers:
                 layers.append_running(widget.viewer, layer, points, geometry.ndim, size)

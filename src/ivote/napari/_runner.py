@@ -18,18 +18,62 @@ guarantees what the widgets must never get wrong:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 
 from napari.qt.threading import create_worker
 from napari.utils import cancelable_progress
 from napari.utils.notifications import show_error
-from qtpy.QtCore import QEvent, QObject, Slot
-from superqt.utils import ensure_main_thread
+from qtpy.QtCore import QCoreApplication, QEvent, QObject, Signal, Slot
 
 from .. import _backend
 
-__all__ = ["Cancelled", "Job", "Runner"]
+__all__ = ["Cancelled", "Job", "Runner", "on_main_thread"]
+
+
+class _MainThreadRelay(QObject):
+    """Runs the callables it is sent on the thread it lives in, the main thread.
+
+    A signal emitted in a worker (a Qt worker, a Dask or Numba thread) reaches this object's slot
+    through Qt's event queue. superqt's ``ensure_main_thread`` makes a QObject in the calling thread
+    for every call instead; under PySide6, processes running many widget tests were killed by
+    segmentation faults inside such calls from the worker thread.
+    """
+
+    send = Signal(object)
+
+    def __init__(self):
+        super().__init__()
+        self.send.connect(self._run)
+
+    @Slot(object)
+    def _run(self, call):
+        call()
+
+
+_RELAY: list[_MainThreadRelay] = []
+
+
+def _relay() -> _MainThreadRelay:
+    if not _RELAY:  # made by the first Runner or Job, on the main thread
+        relay = _MainThreadRelay()
+        relay.moveToThread(QCoreApplication.instance().thread())
+        _RELAY.append(relay)
+    return _RELAY[0]
+
+
+def on_main_thread(func: Callable) -> Callable:
+    """``func(*args)`` runs on the main thread: at once when called there, else queued (it returns nothing)."""
+
+    @functools.wraps(func)
+    def queued(*args, **kwargs) -> None:
+        if threading.current_thread() is threading.main_thread():  # Qt's main thread is Python's
+            func(*args, **kwargs)
+        else:
+            _relay().send.emit(functools.partial(func, *args, **kwargs))
+
+    return queued
 
 
 class Cancelled(Exception):
@@ -46,6 +90,8 @@ class Job:
         self.stop_reason: str | None = None
         """Why the job was stopped when not by Cancel (its status line at the end), else None."""
         self.progress = cancelable_progress(total=total, desc=desc, cancel_callback=self.cancel)
+        self._report = on_main_thread(self._report_now)  # check() calls it from the worker
+        _relay()
 
     @property
     def cancelled(self) -> bool:
@@ -61,8 +107,7 @@ class Job:
         if done is not None:
             self._report(int(done), None if total is None else int(total))
 
-    @ensure_main_thread
-    def _report(self, done: int, total: int | None):
+    def _report_now(self, done: int, total: int | None):
         bar = self.progress
         if self._closed or self.cancelled:
             return
@@ -140,6 +185,7 @@ class Runner:
         self.job: Job | None = None
         self._workers: set = set()
         self.closed = False
+        _relay()
         watch_gone(native).callbacks.append(self.close)
         layers_events = getattr(getattr(viewer, "layers", None), "events", None)
         if layers_events is not None:  # an input layer removed mid-run: stop now, as Cancel does
