@@ -219,8 +219,7 @@ def test_slide_blocks_are_read_again_rather_than_kept_by_default(slide, monkeypa
     grey = np.asarray(HematoxylinBlocks(rgb, tissue=mask).whole())
     import zarr
 
-    store = zarr.create_array(store={}, shape=grey.shape, chunks=(256, 256), dtype=grey.dtype)
-    store[:] = grey
+    store = zarr.array(grey, chunks=(256, 256))  # in memory, under Zarr 3 and Zarr 2 alike
     detect_chunked(store, RADIUS, chunks=256, scheduler="sync", backend="numpy")
     assert kept[-1] is True  # a grey lazy array that fits is still read once
 
