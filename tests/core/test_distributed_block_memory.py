@@ -104,3 +104,16 @@ def test_the_statistics_pass_gradient_holds_three_arrays_of_the_block_at_most(sh
     for part in parts[1:]:
         expected = expected + part**2
     np.testing.assert_array_equal(magnitude, np.sqrt(expected)[owned])
+
+
+def test_gpu_blocks_of_a_2d_float64_slide_are_sized_for_its_wider_input():
+    # an H&E slide's density is float64 and 2D: 40 bytes a voxel on the GPU (tests/gpu measures the need)
+    assert _detect_chunks._block_cost("cupy", np.float32, 3).per_voxel == _detect_chunks.GPU_BYTES_PER_VOXEL
+    assert _detect_chunks._block_cost("cupy", np.float32, 2).per_voxel == _detect_chunks.GPU_BYTES_PER_VOXEL + 4
+    cost = _detect_chunks._block_cost("cupy", np.float64, 2)
+    assert cost.per_voxel == _detect_chunks.GPU_BYTES_PER_VOXEL + 8
+    shape, halo, limit = (100_000, 100_000), (40, 40), 2 * 10**9
+    chunks = _detect_chunks._resolve_chunks(None, shape, halo, limit, cost)
+    with_halo = np.prod([c + 2 * h for c, h in zip(chunks, halo)])
+    assert with_halo * cost.per_voxel <= limit
+    assert with_halo * (cost.per_voxel - 8) > 0.75 * limit  # still the largest blocks that fit

@@ -81,6 +81,27 @@ def test_gpu_memory_limit_well_below_the_volume(gpu_pool):
         gpu_pool.lift()
 
 
+@pytest.mark.parametrize("ndim, dtype", [(2, np.float64), (2, np.float32), (3, np.float32)])
+def test_block_cost_covers_the_in_memory_detection(gpu_pool, ndim, dtype):
+    """The bytes a voxel that blocks are sized by (``_block_cost``) cover what the in-memory GPU detection
+    adds to the pool, per voxel, input included: a 2D float64 block (an H&E slide's hematoxylin density)
+    keeps its float64 input and blurred image through the passes (a 100,000² slide's 60 Mvoxel blocks ran
+    out of a 2 GB limit sized at 32 bytes a voxel); then a chunked run under a limit of a quarter of the
+    need completes and matches."""
+    shape = (768, 768) if ndim == 2 else (32, 128, 128)
+    image, *_ = synthetic_nuclei(shape, radius=4.0, seed=35)
+    image = image.astype(dtype)
+    gpu_pool.empty()
+    before = gpu_pool.pool.total_bytes()
+    whole = iterative_voting(image, radius=4.0, backend="cupy")
+    need = gpu_pool.pool.total_bytes() - before
+    cost = _detect_chunks._block_cost("cupy", image.dtype, ndim)
+    assert need / image.size <= cost.per_voxel, (need / image.size, cost.per_voxel)
+    limit = int(cost.per_voxel * image.size) // 4
+    chunked = detect_chunked(image, 4.0, memory_limit=limit, scheduler="threads", backend="cupy")
+    _assert_same(chunked, whole)
+
+
 def test_local_cluster_one_worker_per_gpu():
     """cluster('local', gpus=1): one worker process seeing one GPU (dask-cuda or CUDA_VISIBLE_DEVICES)."""
     pytest.importorskip("distributed")

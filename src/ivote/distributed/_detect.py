@@ -197,7 +197,7 @@ def detect_chunked(image, radius, *, spacing=None, chunks=None, scheduler=None,
     compiled = not gpu and use_numba(xp, backend)
     name = "cupy" if gpu else ("numba" if compiled else "numpy")
     limit = _memory_limit(memory_limit, gpu)
-    cost = _block_cost(name, dtype)
+    cost = _block_cost(name, dtype, ndim)
     chunks = _resolve_chunks(chunks, shape, halo, limit, cost, _workers(scheduler))
     _check_block_memory(chunks, shape, halo, limit, cost)
     blocks = _blocks(shape, chunks)

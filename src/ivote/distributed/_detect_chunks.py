@@ -87,13 +87,16 @@ class _BlockCost(NamedTuple):
     path: str  # 'cupy', 'numba' or 'numpy'
 
 
-def _block_cost(path: str, dtype) -> _BlockCost:
-    """The memory of a block's detection on ``path``: on the GPU ``GPU_BYTES_PER_VOXEL``; on the CPU
-    the in-memory detection's estimate for that path (``detect._settings.cpu_detection_memory``: the NumPy
+def _block_cost(path: str, dtype, ndim: int = 3) -> _BlockCost:
+    """The memory of a block's detection on ``path``: on the GPU ``GPU_BYTES_PER_VOXEL`` (a float32 block),
+    plus what a wider block (``dtype``) keeps on the device for the whole detection, plus 4 bytes in 2D,
+    where the blurred image stays float64 through the passes (3D keeps it as float32); on the CPU the
+    in-memory detection's estimate for that path (``detect._settings.cpu_detection_memory``: the NumPy
     path needs about 2.5 times Numba's bytes per voxel, and more fixed buffers) plus the block read
     (``dtype``)."""
-    if path == "cupy":
-        return _BlockCost(GPU_BYTES_PER_VOXEL, 0, path)
+    if path == "cupy":  # a 2D float64 block (an H&E slide's hematoxylin density): 40 bytes a voxel
+        wider = max(0, np.dtype(dtype).itemsize - 4)
+        return _BlockCost(GPU_BYTES_PER_VOXEL + wider + (4 if ndim == 2 else 0), 0, path)
     from ..detect._settings import cpu_detection_memory
 
     fixed = cpu_detection_memory(0, path)
