@@ -52,15 +52,23 @@ def _tiled_volume(nuclei_3d, tiles=4):
 
 def _zoom_on(viewer, qtbot, layer, centre_world, zoom, smaller_than):
     """Show the canvas zoomed on ``centre_world`` until the visible region is smaller than ``smaller_than`` pixels."""
-    from ivote.napari._detect_layers import camera_of, visible_pixels
+    from ivote.napari._detect_layers import camera_of, canvas_size, visible_pixels
 
     viewer.window._qt_window.show()
-    camera_of(viewer).center = centre_world
-    camera_of(viewer).zoom = zoom
+    zooms = [zoom]
 
     def zoomed():
+        # napari < 0.9: the view is reset when the window is first shown, and the docks may leave the canvas
+        # no width in a small window; the camera is set again, and closer, until the region is small enough
+        if 0 in canvas_size(viewer):
+            viewer.window._qt_window.resize(1600, 1000)
+        camera_of(viewer).center = centre_world
+        camera_of(viewer).zoom = zooms[-1]
         view = visible_pixels(viewer, layer)
-        return np.all(view[1] > view[0]) and np.all(view[1] - view[0] < smaller_than)
+        small = view is not None and np.all(view[1] > view[0]) and np.all(view[1] - view[0] < smaller_than)
+        if view is not None and not small:
+            zooms.append(zooms[-1] * 1.5)
+        return small
 
     qtbot.waitUntil(zoomed, timeout=5000)
     qtbot.wait(100)  # napari's own reads of the displayed plane happen now, before ours are counted

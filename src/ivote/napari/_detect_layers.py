@@ -76,13 +76,22 @@ def camera_of(viewer):
     return scene.camera if scene is not None else viewer.camera
 
 
+def canvas_size(viewer) -> tuple:
+    """The canvas's (height, width) in screen pixels (``viewer.canvas`` since napari 0.9, the Qt viewer's
+    canvas before)."""
+    canvas = getattr(viewer, "canvas", None)
+    if canvas is None:
+        canvas = viewer.window._qt_viewer.canvas
+    return tuple(canvas.size)
+
+
 def visible_pixels(viewer, image):
     """The part of ``image`` on the 2D canvas in its full-resolution pixels (None in a 3D view)."""
     if viewer.dims.ndisplay != 2:
         return None
     camera = camera_of(viewer)
     return logic.visible_pixels(image, camera_center=camera.center, zoom=camera.zoom,
-                                canvas_size=viewer.canvas.size, world_point=viewer.dims.point,
+                                canvas_size=canvas_size(viewer), world_point=viewer.dims.point,
                                 displayed=viewer.dims.displayed)
 
 
