@@ -49,7 +49,7 @@ def _check_thin_axes(shape, ndim) -> None:
     """The noise behind the contrast test is measured on 3^ndim boxes: every axis needs 3 pixels."""
     for axis, n in enumerate(shape):
         if n < _MIN_AXIS_PIXELS:
-            hint = (f"; for one plane pass a 2D (Y, X) array, e.g. image[0]" if ndim == 3 and axis == 0
+            hint = ("; for one plane pass a 2D (Y, X) array, e.g. image[0]" if ndim == 3 and axis == 0
                     else "")
             raise IvoteError(
                 f"image has {n} pixel(s) along axis {axis} (shape {tuple(shape)}); detection needs at least "

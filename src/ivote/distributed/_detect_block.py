@@ -19,7 +19,7 @@ def _whole_task(source, options, limit):
 
 
 def _detect_task(source, owned, region, plan, sign, blur, spacing, given, backend, limit):
-    """Pass 3: the block's local maxima with the whole image's statistics; those it
+    """Pass 2: the block's local maxima with the whole image's statistics; those it
     owns, in whole-image coordinates, with their votes and contrasts."""
     from .._backend import gpu_memory_guard, to_device, use_numba
     from ..detect._backends import _detect_on_cpu, _detect_on_gpu, _detect_on_numba
